@@ -1,0 +1,23 @@
+"""burjit: trace a whole training step, differentiate it in the graph, compile it to native code.
+
+Public API:
+    compile(fn, backend=None, static_argnums=(), donate_argnums=(), passes=None)
+    grad(f, argnums=0, has_aux=False), value_and_grad(f, argnums=0, has_aux=False)
+    ops (also burjit.numpy): numpy-style functions on traced values
+    nn, optim: functional layers and optimizers
+    TracingError, ShapeError
+"""
+
+from . import ops
+from . import ops as numpy
+from . import reference
+from .autodiff import grad, value_and_grad
+from .compile import compile, register_backend
+from .errors import ShapeError, TracingError
+from .graph import Graph
+from .reference import evaluate
+
+register_backend("reference", reference.ReferenceExecutable, passes=())
+
+__all__ = ["compile", "grad", "value_and_grad", "ops", "numpy", "evaluate", "Graph",
+           "TracingError", "ShapeError", "register_backend"]

@@ -1,0 +1,107 @@
+"""Reverse-mode autodiff as a graph transformation.
+
+`grad(f)` traces f on fresh `id` nodes of its arguments, then walks the recorded nodes from
+the output back to those arguments, appending each op's VJP (written in traced ops) to the
+same graph. There is no runtime tape: the adjoint is ordinary graph, compiled with the rest.
+Called outside a trace, grad compiles itself with the reference backend and runs eagerly.
+"""
+
+import functools
+
+from . import ops as F
+from . import primitives as P
+from . import pytree
+from .errors import TracingError
+from .tracer import Tracer, bind, current_trace, describe, user_src
+
+
+def grad(f, argnums=0, has_aux=False):
+    """d f / d args[argnums] for a scalar-valued f; returns a pytree like those arguments."""
+    vg = value_and_grad(f, argnums, has_aux)
+
+    @functools.wraps(f)
+    def g(*args, **kwargs):
+        value, grads = vg(*args, **kwargs)
+        return (grads, value[1]) if has_aux else grads
+    return g
+
+
+def value_and_grad(f, argnums=0, has_aux=False):
+    """(f(*args), grad) in one trace; with has_aux, f returns (loss, aux) and this ((loss, aux), grad)."""
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+    @functools.wraps(f)
+    def vg(*args, **kwargs):
+        if current_trace() is None:
+            from .compile import compile as _compile
+            return _compile(lambda *a: vg(*a, **kwargs), backend="reference")(*args)
+        args = list(args)
+        wrt = []
+        for i in nums:
+            leaves, td = pytree.flatten(args[i])
+            fresh = [_fresh(x) for x in leaves]
+            wrt.append((td, fresh))
+            args[i] = pytree.unflatten(td, fresh)
+        result = f(*args, **kwargs)
+        loss = result[0] if has_aux else result
+        loss = loss if isinstance(loss, Tracer) else F.astype(loss, "float64")
+        if loss.shape != () or loss.dtype not in P.FLOATS:
+            raise TracingError(f"{describe(user_src())}\n  grad needs f to return a float scalar, "
+                               f"got shape {loss.shape} dtype {loss.dtype}")
+        cts = backward(loss, [x for _, xs in wrt for x in xs])
+        it = iter(cts)
+        grads = [pytree.unflatten(td, [next(it) for _ in xs]) for td, xs in wrt]
+        return result, (grads[0] if isinstance(argnums, int) else tuple(grads))
+    return vg
+
+
+def _fresh(x):
+    if not isinstance(x, Tracer):
+        x = F.lift(x) if not isinstance(x, (int, float)) else F.astype(F.lift(float(x)), "float64")
+    if x.dtype not in P.FLOATS:
+        raise TracingError(f"{describe(user_src())}\n  grad w.r.t. a {x.dtype} value; only float inputs "
+                           "have gradients")
+    return bind("id", [x])
+
+
+def backward(out, wrt):
+    """Cotangents of scalar `out` w.r.t. each Tracer in `wrt` (zeros where out does not depend on it)."""
+    graph = out.trace.graph
+    wrt_nodes = {x.node for x in wrt}
+    # Nodes on a path wrt -> out. Node ids grow while tracing, so id order is topological.
+    live = set(wrt_nodes)
+    for n in range(min(wrt_nodes), out.node + 1):
+        if n in graph.nx and any(o in live for o in graph.operands(n)):
+            live.add(n)
+    needed = {out.node}
+    for n in range(out.node, min(wrt_nodes) - 1, -1):
+        if n in needed:
+            needed.update(o for o in graph.operands(n) if o in live)
+    active = live & needed
+    tracers = {}
+
+    def T(n):
+        if n not in tracers:
+            a = graph[n]
+            tracers[n] = Tracer(out.trace, n, a["shape"], a["dtype"])
+        return tracers[n]
+
+    ct = {out.node: F.ones_like(out)}
+    for n in sorted(active, reverse=True):
+        g = ct.pop(n, None)
+        if g is None or n in wrt_nodes:
+            if n in wrt_nodes and g is not None:
+                ct[("done", n)] = g
+            continue
+        a = graph[n]
+        prim = P.PRIMITIVES[a["op"]]
+        operands = graph.operands(n)
+        needs = [o in active for o in operands]
+        if prim.vjp is None:
+            continue
+        cts = prim.vjp(F, g, T(n), [T(o) for o in operands], needs, a["attrs"])
+        for o, c, need in zip(operands, cts, needs):
+            if need and c is not None:
+                ct[o] = ct[o] + c if o in ct else c
+    done = [ct.get(("done", x.node)) for x in wrt]
+    return [F.zeros_like(x) if c is None else c for x, c in zip(wrt, done)]

@@ -1,0 +1,213 @@
+"""`@burjit.compile`: the front door. Flatten, look up the cache, trace on a miss, run.
+
+Arguments are pytrees. numpy arrays and numpy scalars are traced inputs; Python bool/int/float
+leaves (and arguments listed in static_argnums) are static: they are baked into the graph
+and are part of the cache key. `donate_argnums` lets the step update those arguments' arrays
+in place: an output (a top-level element of the returned tuple, or the whole result) with
+the same structure, shapes and dtypes as a donated argument is written into its buffers and
+returned as those very arrays.
+
+A backend is `build(graph) -> executable`, with `executable(inputs) -> outputs` (lists of
+arrays). It must raise before writing anything when a step fails.
+"""
+
+import functools
+import os
+
+import numpy as np
+
+from . import pytree
+from . import primitives as P
+from .errors import TracingError
+from .tracer import Trace, Tracer, bind, lift
+
+BACKENDS = {}  # name -> (build, default pass names or None for the pipeline's default)
+
+
+def register_backend(name, build, passes=None):
+    BACKENDS[name] = (build, passes)
+
+
+def default_backend():
+    return os.environ.get("BURJIT_BACKEND") or ("native" if "native" in BACKENDS else "reference")
+
+
+class Lowered:
+    """One cache entry: the traced-and-passed graph, its executable, and how to map pytrees."""
+
+    def __init__(self, graph, executable, out_tree):
+        self.graph, self.executable, self.out_tree = graph, executable, out_tree
+
+
+class CompiledFunction:
+    def __init__(self, fn, backend=None, static_argnums=(), donate_argnums=(), passes=None):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.backend = backend
+        self.static_argnums = _as_tuple(static_argnums)
+        self.donate_argnums = _as_tuple(donate_argnums)
+        self.passes = passes
+        self._cache = {}
+        self._last = None
+
+    def __call__(self, *args):
+        key, arrays = self._signature(args)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._cache[key] = self._lower(args, arrays)
+        self._last = entry
+        outs = entry.executable(arrays)
+        return pytree.unflatten(entry.out_tree, outs)
+
+    # -- inspection (for the given arguments' signature, or the last one called) ----------------
+    def lower(self, *args):
+        if not args:
+            if self._last is None:
+                raise TracingError("call the step (or pass example arguments) before inspecting it")
+            return self._last
+        key, arrays = self._signature(args)
+        if key not in self._cache:
+            self._cache[key] = self._lower(args, arrays)
+        self._last = self._cache[key]
+        return self._last
+
+    def graph(self, *args):
+        """The graph after passes (print it for a jaxpr-like listing)."""
+        return self.lower(*args).graph
+
+    def __getattr__(self, name):
+        # llvm_ir, asm, memory_plan...: whatever the backend's executable offers.
+        if name.startswith("_") or name in ("fn", "backend", "passes"):
+            raise AttributeError(name)
+        def inspect(*args, **kw):
+            exe = self.lower(*args).executable
+            if not hasattr(exe, name):
+                raise AttributeError(f"the {self._backend()} backend has no {name}()")
+            return getattr(exe, name)(**kw)
+        return inspect
+
+    # -- internals ----------------------------------------------------------------------------
+    def _backend(self):
+        return self.backend or default_backend()
+
+    def _signature(self, args):
+        key, arrays = [], []
+        for i, arg in enumerate(args):
+            if i in self.static_argnums:
+                key.append(("static", _hashable(arg)))
+                continue
+            leaves, td = pytree.flatten(arg)
+            sig = []
+            for leaf in leaves:
+                if isinstance(leaf, (np.ndarray, np.generic)):
+                    dtype = str(leaf.dtype)
+                    if dtype not in P.DTYPES:
+                        raise TracingError(f"argument {i} has an array of dtype {dtype}; burjit supports "
+                                           + ", ".join(P.DTYPES))
+                    if isinstance(leaf, np.ndarray) and not leaf.flags.c_contiguous:
+                        if i in self.donate_argnums:
+                            raise ValueError(f"donated argument {i} has a non-contiguous array; its buffer "
+                                             "cannot be updated in place (pass np.ascontiguousarray(x))")
+                        leaf = np.ascontiguousarray(leaf)  # documented copy
+                    elif isinstance(leaf, np.generic):
+                        leaf = np.asarray(leaf)
+                    elif i in self.donate_argnums and not leaf.flags.writeable:
+                        raise ValueError(f"donated argument {i} has a read-only array")
+                    arrays.append(leaf)
+                    sig.append((leaf.shape, dtype))
+                elif isinstance(leaf, (bool, int, float)):
+                    sig.append(("py", type(leaf).__name__, leaf))
+                elif isinstance(leaf, Tracer):
+                    raise TracingError("a compiled step was called with traced values; call the plain "
+                                       "function inside another trace instead")
+                else:
+                    raise TracingError(f"argument {i}: unsupported leaf of type {type(leaf).__name__} "
+                                       "(use numpy arrays, Python scalars, or static_argnums)")
+            key.append((td, tuple(sig)))
+        if self.donate_argnums:
+            ids = [id(a) for a in arrays]
+            if len(set(ids)) != len(ids):
+                raise ValueError("the same array is passed twice while one of its uses is donated")
+        return tuple(key), arrays
+
+    def _lower(self, args, arrays):
+        from .passes import pipeline
+        with Trace() as t:
+            g = t.graph
+            traced, in_leaf_pos, k = [], {}, 0
+            for i, arg in enumerate(args):
+                if i in self.static_argnums:
+                    traced.append(arg)
+                    continue
+                leaves, td = pytree.flatten(arg)
+                new = []
+                for leaf in leaves:
+                    if isinstance(leaf, (np.ndarray, np.generic)):
+                        a = arrays[k]
+                        x = bind("input", [], index=k, shape=a.shape, dtype=str(a.dtype))
+                        g.inputs.append(x.node)
+                        in_leaf_pos.setdefault(i, []).append(k)
+                        k += 1
+                        new.append(x)
+                    else:
+                        new.append(leaf)
+                traced.append(pytree.unflatten(td, new))
+            result = self.fn(*traced)
+            out_leaves, out_tree = pytree.flatten(result)
+            outs = []
+            for leaf in out_leaves:
+                if isinstance(leaf, Tracer) and leaf.trace is not t:
+                    raise TracingError("the step returned a traced value from another trace")
+                if not isinstance(leaf, (Tracer, np.ndarray, np.generic, bool, int, float)):
+                    raise TracingError(f"the step returned a {type(leaf).__name__}; return arrays, "
+                                       "scalars or pytrees of them")
+                outs.append(lift(leaf).node)
+            g.outputs = outs
+        g.aliases = self._aliases(args, arrays, in_leaf_pos, out_tree, g)
+        build, default_passes = BACKENDS[self._backend()]
+        names = self.passes if self.passes is not None else default_passes
+        graph = pipeline.run(g, names)
+        return Lowered(graph, build(graph), out_tree)
+
+    def _aliases(self, args, arrays, in_leaf_pos, out_tree, g):
+        aliases, offset, taken = {}, 0, set()
+        children = pytree.top_level(out_tree)
+        for child in children:
+            n = pytree.num_leaves(child)
+            for i in self.donate_argnums:
+                if i in taken or i >= len(args):
+                    continue
+                pos = in_leaf_pos.get(i, [])
+                if child != pytree.flatten(args[i])[1] or n != len(pos):
+                    continue
+                outs = g.outputs[offset:offset + n]
+                if all(g[o]["shape"] == arrays[p].shape and g[o]["dtype"] == str(arrays[p].dtype)
+                       for o, p in zip(outs, pos)):
+                    aliases.update({offset + j: p for j, p in enumerate(pos)})
+                    taken.add(i)
+                    break
+            offset += n
+        missing = set(self.donate_argnums) - taken
+        if missing:
+            raise TracingError(f"donate_argnums {sorted(missing)}: no output has the same structure, shapes "
+                               "and dtypes as that argument, so it cannot be updated in place")
+        return aliases
+
+
+def compile(fn=None, *, backend=None, static_argnums=(), donate_argnums=(), passes=None):
+    """Compile a whole step. Use as @compile or @compile(backend="reference", donate_argnums=0)."""
+    if fn is None:
+        return lambda f: CompiledFunction(f, backend, static_argnums, donate_argnums, passes)
+    return CompiledFunction(fn, backend, static_argnums, donate_argnums, passes)
+
+
+def _as_tuple(x):
+    return (x,) if isinstance(x, int) else tuple(x)
+
+
+def _hashable(v):
+    try:
+        hash(v)
+    except TypeError:
+        raise TracingError(f"static argument {v!r} is not hashable") from None
+    return v

@@ -1,0 +1,141 @@
+"""The IR: one traced step as a networkx.MultiDiGraph.
+
+Nodes are ints. Each node has the attributes
+    op     primitive name (see primitives.py)
+    shape  tuple of ints
+    dtype  numpy dtype name: 'float32', 'float64', 'int32', 'int64' or 'bool'
+    attrs  dict of the primitive's static parameters (hashable values)
+    src    'file:line' of the user code that created it, for error messages
+An edge u -> v with key i says "u is operand i of v", so `x * x` has two parallel edges.
+
+`Graph.inputs` lists the 'input' nodes in flattened-argument order and `Graph.outputs` the
+output nodes in flattened-result order; an output may repeat or be an input. `Graph.aliases`
+maps an output position to the input position whose (donated) buffer receives it in place.
+Passes may add annotations in `Graph.meta` (fusion groups, schedule, memory plan); those are
+plain data, documented by the pass that writes them.
+"""
+
+import hashlib
+
+import networkx as nx
+import numpy as np
+
+_SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "b1"}
+
+
+class Graph:
+    def __init__(self):
+        self.nx = nx.MultiDiGraph()
+        self.inputs = []
+        self.outputs = []
+        self.aliases = {}
+        self.meta = {}
+        self._next = 0
+
+    # -- building -----------------------------------------------------------------------------
+    def add(self, op, operands, shape, dtype, attrs=None, src=None):
+        n = self._next
+        self._next += 1
+        self.nx.add_node(n, op=op, shape=tuple(shape), dtype=str(dtype), attrs=dict(attrs or {}), src=src)
+        for i, o in enumerate(operands):
+            self.nx.add_edge(o, n, key=i)
+        return n
+
+    def set_operand(self, n, i, new):
+        """Make `new` operand i of node n."""
+        old = self.operands(n)[i]
+        self.nx.remove_edge(old, n, key=i)
+        self.nx.add_edge(new, n, key=i)
+
+    def replace_all_uses(self, old, new):
+        """Point every use of `old` (operands and outputs) at `new`."""
+        for _, user, key in list(self.nx.out_edges(old, keys=True)):
+            self.nx.remove_edge(old, user, key=key)
+            self.nx.add_edge(new, user, key=key)
+        self.outputs = [new if o == old else o for o in self.outputs]
+
+    def copy(self):
+        g = Graph()
+        g.nx = self.nx.copy()
+        for n in g.nx.nodes:
+            g.nx.nodes[n]["attrs"] = dict(g.nx.nodes[n]["attrs"])
+        g.inputs, g.outputs, g.aliases = list(self.inputs), list(self.outputs), dict(self.aliases)
+        g.meta = dict(self.meta)
+        g._next = self._next
+        return g
+
+    # -- reading ------------------------------------------------------------------------------
+    def __getitem__(self, n):
+        return self.nx.nodes[n]
+
+    def __len__(self):
+        return self.nx.number_of_nodes()
+
+    def operands(self, n):
+        return [u for u, _, _ in sorted(self.nx.in_edges(n, keys=True), key=lambda e: e[2])]
+
+    def users(self, n):
+        return sorted({v for _, v in self.nx.out_edges(n)})
+
+    def topo(self):
+        """Deterministic topological order (ties broken by node id)."""
+        return list(nx.lexicographical_topological_sort(self.nx))
+
+    def nbytes(self, n):
+        a = self.nx.nodes[n]
+        return int(np.prod(a["shape"], dtype=np.int64)) * np.dtype(a["dtype"]).itemsize
+
+    def type_str(self, n):
+        a = self.nx.nodes[n]
+        return f"{_SHORT[a['dtype']]}[{','.join(map(str, a['shape']))}]"
+
+    def __str__(self):
+        lines = ["{ lambda " + ", ".join(f"%{n}:{self.type_str(n)}" for n in self.inputs) + " ."]
+        group = self.meta.get("groups", {})
+        for n in self.topo():
+            a = self.nx.nodes[n]
+            if a["op"] == "input":
+                continue
+            attrs = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(a["attrs"].items()))
+            ops = " ".join(f"%{o}" for o in self.operands(n))
+            head = f"  %{n}:{self.type_str(n)} = {a['op']}" + (f"[{attrs}]" if attrs else "")
+            tail = f"  # group {group[n]}" if n in group else ""
+            lines.append(f"{head} {ops}".rstrip() + tail)
+        lines.append("  in (" + ", ".join(f"%{o}" for o in self.outputs) + ") }")
+        return "\n".join(lines)
+
+    def fingerprint(self):
+        """A hash of everything that determines the compiled code (not of source locations)."""
+        h = hashlib.sha256()
+        for n in self.topo():
+            a = self.nx.nodes[n]
+            h.update(repr((n, a["op"], a["shape"], a["dtype"], sorted(a["attrs"].items(), key=str),
+                           self.operands(n))).encode())
+        h.update(repr((self.inputs, self.outputs, sorted(self.aliases.items()))).encode())
+        return h.hexdigest()
+
+
+def _fmt(v):
+    if isinstance(v, np.ndarray):
+        return f"array{list(v.shape)}"
+    if isinstance(v, Literal):
+        return f"array{list(v.array.shape)}"
+    return repr(v)
+
+
+class Literal:
+    """A captured numpy array as a hashable node attribute (hashed and compared by content)."""
+
+    def __init__(self, array):
+        self.array = np.array(array, copy=True)
+        self.array.setflags(write=False)
+        self._key = (self.array.dtype.str, self.array.shape, self.array.tobytes())
+
+    def __eq__(self, other):
+        return isinstance(other, Literal) and self._key == other._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __repr__(self):
+        return f"Literal(sha={hashlib.sha256(self._key[2]).hexdigest()[:12]}, shape={self.array.shape})"

@@ -1,0 +1,335 @@
+"""numpy-style functions on traced values (also importable as burjit.numpy).
+
+Everything here is written in primitives (primitives.py), so each function gets gradients,
+fusion and native code for free. These functions apply numpy's broadcasting and dtype
+promotion by inserting explicit broadcast_to / convert nodes.
+"""
+
+import builtins
+import math
+
+import numpy as np
+
+from . import primitives as P
+from .errors import ShapeError
+from .tracer import Tracer, bind, describe, lift, check_dtype, user_src
+
+__all__ = [
+    "add", "subtract", "multiply", "divide", "power", "negative", "abs", "sign", "exp", "log", "tanh",
+    "sqrt", "square", "sigmoid", "relu", "gelu", "softplus", "maximum", "minimum", "where", "less",
+    "less_equal", "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or",
+    "logical_not", "matmul", "sum", "mean", "max", "min", "softmax", "log_softmax", "logsumexp", "take",
+    "embedding", "concatenate", "broadcast_to", "transpose", "reshape", "one_hot", "cross_entropy",
+    "mse", "astype", "zeros_like", "ones_like", "stop_gradient", "arange", "getitem", "bind",
+]
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+def _lift_pair(a, b):
+    like = a if isinstance(a, Tracer) else b if isinstance(b, Tracer) else None
+    return lift(a, like), lift(b, like)
+
+
+def _promote(xs, floating=False):
+    dtype = str(np.result_type(*[np.dtype(x.dtype) for x in xs]))
+    if floating and dtype not in P.FLOATS:
+        dtype = "float64"
+    return [astype(x, dtype) for x in xs]
+
+
+def _broadcast_all(xs):
+    try:
+        shape = np.broadcast_shapes(*[x.shape for x in xs])
+    except ValueError:
+        raise ShapeError(f"{describe(user_src())}\n  shapes " + " and ".join(str(x.shape) for x in xs)
+                         + " do not broadcast") from None
+    return [broadcast_to(x, shape) for x in xs]
+
+
+def _elementwise(op, *xs, floating=False):
+    like = next((x for x in xs if isinstance(x, Tracer)), None)
+    xs = [lift(x, like) for x in xs]
+    return bind(op, _broadcast_all(_promote(xs, floating or op in P.ELEMENTWISE_FLOAT_ONLY)))
+
+
+def _axes(x, axis):
+    if axis is None:
+        return tuple(range(x.ndim))
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    out = []
+    for a in axes:
+        if not -x.ndim <= a < x.ndim:
+            raise ShapeError(f"{describe(user_src())}\n  axis {a} is out of range for shape {x.shape}")
+        out.append(a % x.ndim)
+    return tuple(sorted(out))
+
+
+def _keepdims(x, r, axes, keepdims):
+    return reshape(r, tuple(1 if i in axes else s for i, s in enumerate(x.shape))) if keepdims else r
+
+
+# -- elementwise ------------------------------------------------------------------------------
+
+def add(a, b): return _elementwise("add", a, b)
+def subtract(a, b): return _elementwise("sub", a, b)
+def multiply(a, b): return _elementwise("mul", a, b)
+def divide(a, b): return _elementwise("div", a, b)
+def power(a, b): return _elementwise("pow", a, b)
+def maximum(a, b): return _elementwise("maximum", a, b)
+def minimum(a, b): return _elementwise("minimum", a, b)
+def less(a, b): return _elementwise("lt", a, b)
+def less_equal(a, b): return _elementwise("le", a, b)
+def greater(a, b): return _elementwise("gt", a, b)
+def greater_equal(a, b): return _elementwise("ge", a, b)
+def equal(a, b): return _elementwise("eq", a, b)
+def not_equal(a, b): return _elementwise("ne", a, b)
+def logical_and(a, b): return bind("and", _broadcast_all([astype(lift(a), "bool"), astype(lift(b), "bool")]))
+def logical_or(a, b): return bind("or", _broadcast_all([astype(lift(a), "bool"), astype(lift(b), "bool")]))
+def logical_not(a): return bind("not", [astype(lift(a), "bool")])
+def negative(x): return _elementwise("neg", x)
+def abs(x): return _elementwise("abs", x)
+def sign(x): return _elementwise("sign", x)
+def exp(x): return _elementwise("exp", x)
+def log(x): return _elementwise("log", x)
+def tanh(x): return _elementwise("tanh", x)
+def sqrt(x): return _elementwise("sqrt", x)
+def sigmoid(x): return _elementwise("sigmoid", x)
+def square(x): return multiply(x, x)
+def stop_gradient(x): return bind("stop_gradient", [lift(x)])
+def relu(x): return maximum(x, 0.0)
+
+
+def gelu(x):
+    """GELU, tanh approximation (as GPT-2 uses)."""
+    x = astype(lift(x), lift(x).dtype if lift(x).dtype in P.FLOATS else "float64")
+    return 0.5 * x * (1.0 + tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def softplus(x):
+    """log(1 + exp(x)), written to stay finite for large |x|."""
+    return maximum(x, 0.0) + log(1.0 + exp(-abs(x)))
+
+
+def where(cond, a, b):
+    cond = lift(cond)
+    if cond.dtype != "bool":
+        cond = not_equal(cond, 0)
+    a, b = _lift_pair(a, b)
+    a, b = _promote([a, b])
+    return bind("where", _broadcast_all([cond, a, b]))
+
+
+def astype(x, dtype):
+    x = lift(x)
+    dtype = check_dtype(np.dtype(dtype), "astype target")
+    return x if x.dtype == dtype else bind("convert", [x], dtype=dtype)
+
+
+def zeros_like(x, dtype=None):
+    return bind("const", [], value=0, shape=x.shape, dtype=dtype or x.dtype)
+
+
+def ones_like(x, dtype=None):
+    return bind("const", [], value=1, shape=x.shape, dtype=dtype or x.dtype)
+
+
+def arange(n, dtype="int64"):
+    return bind("iota", [], shape=(int(n),), axis=0, dtype=check_dtype(np.dtype(dtype), "arange"))
+
+
+# -- reductions -------------------------------------------------------------------------------
+
+def sum(x, axis=None, keepdims=False):
+    x = lift(x)
+    if x.dtype == "bool":
+        x = astype(x, "int64")
+    axes = _axes(x, axis)
+    r = bind("reduce_sum", [x], axes=axes) if axes else x
+    return _keepdims(x, r, axes, keepdims)
+
+
+def mean(x, axis=None, keepdims=False):
+    x = lift(x)
+    if x.dtype not in P.FLOATS:
+        x = astype(x, "float64")
+    n = int(np.prod([x.shape[a] for a in _axes(x, axis)], dtype=np.int64))
+    return sum(x, axis, keepdims) * (1.0 / n)
+
+
+def max(x, axis=None, keepdims=False):
+    x = lift(x)
+    axes = _axes(x, axis)
+    if any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(f"{describe(user_src())}\n  max of an empty axis (shape {x.shape})")
+    r = bind("reduce_max", [x], axes=axes) if axes else x
+    return _keepdims(x, r, axes, keepdims)
+
+
+def min(x, axis=None, keepdims=False):
+    return negative(max(negative(x), axis, keepdims))
+
+
+def logsumexp(x, axis=-1, keepdims=False):
+    x = lift(x)
+    m = stop_gradient(max(x, axis, keepdims=True))
+    r = m + log(sum(exp(x - m), axis, keepdims=True))
+    return r if keepdims else reshape(r, tuple(s for i, s in enumerate(x.shape) if i not in _axes(x, axis)))
+
+
+def log_softmax(x, axis=-1):
+    x = lift(x)
+    m = stop_gradient(max(x, axis, keepdims=True))
+    shifted = x - m
+    return shifted - log(sum(exp(shifted), axis, keepdims=True))
+
+
+def softmax(x, axis=-1):
+    x = lift(x)
+    e = exp(x - stop_gradient(max(x, axis, keepdims=True)))
+    return e / sum(e, axis, keepdims=True)
+
+
+def one_hot(idx, n, dtype="float32"):
+    idx = lift(idx)
+    cols = bind("iota", [], shape=idx.shape + (n,), axis=idx.ndim, dtype=idx.dtype)
+    return astype(equal(broadcast_to(reshape(idx, idx.shape + (1,)), cols.shape), cols), dtype)
+
+
+def cross_entropy(logits, targets):
+    """Mean negative log-likelihood of integer `targets` under softmax(logits) along the last axis."""
+    lp = log_softmax(logits, -1)
+    targets = lift(targets)
+    if targets.shape != lp.shape[:-1]:
+        raise ShapeError(f"{describe(user_src())}\n  cross_entropy: targets {targets.shape} do not match "
+                         f"logits {lp.shape} without the last axis")
+    return -mean(sum(lp * one_hot(targets, lp.shape[-1], lp.dtype), -1))
+
+
+def mse(pred, target):
+    d = subtract(pred, target)
+    return mean(d * d)
+
+
+# -- data movement ----------------------------------------------------------------------------
+
+def broadcast_to(x, shape):
+    x = lift(x)
+    shape = tuple(int(s) for s in shape)
+    return x if x.shape == shape else bind("broadcast_to", [x], shape=shape)
+
+
+def reshape(x, shape):
+    x = lift(x)
+    shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+    if shape.count(-1) == 1:
+        known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+        if known == 0 or x.size % known:
+            raise ShapeError(f"{describe(user_src())}\n  cannot reshape {x.shape} to {shape}")
+        shape = tuple(x.size // known if s == -1 else s for s in shape)
+    return x if x.shape == shape else bind("reshape", [x], shape=shape)
+
+
+def transpose(x, axes=None):
+    x = lift(x)
+    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(a % x.ndim for a in axes)
+    return x if perm == tuple(range(x.ndim)) else bind("transpose", [x], perm=perm)
+
+
+def concatenate(xs, axis=0):
+    xs = _promote([lift(x) for x in xs])
+    if not xs[0].shape:
+        raise ShapeError(f"{describe(user_src())}\n  cannot concatenate 0-d values")
+    return xs[0] if len(xs) == 1 else bind("concatenate", xs, axis=axis % xs[0].ndim)
+
+
+def take(table, idx, axis=0):
+    """numpy.take for integer indices in [0, n); an index out of range raises IndexError at run time."""
+    table, idx = lift(table), lift(idx)
+    if idx.dtype not in ("int32", "int64"):
+        raise ShapeError(f"{describe(user_src())}\n  take: indices must be integers, got {idx.dtype}")
+    axis = _axes(table, axis)[0]
+    if axis == 0:
+        return bind("take", [table, idx])
+    moved = transpose(table, (axis,) + tuple(i for i in range(table.ndim) if i != axis))
+    r = bind("take", [moved, idx])  # idx.shape + others
+    k = idx.ndim
+    rest = list(range(k, r.ndim))
+    return transpose(r, tuple(rest[:axis]) + tuple(range(k)) + tuple(rest[axis:]))
+
+
+def embedding(table, idx):
+    return take(table, idx, 0)
+
+
+def matmul(a, b):
+    """numpy matmul semantics (1-D promotion and batch broadcasting)."""
+    a, b = _promote(_lift_pair(a, b), floating=True)
+    if not a.shape or not b.shape:
+        raise ShapeError(f"{describe(user_src())}\n  matmul of a 0-d value (shapes {a.shape}, {b.shape})")
+    a2 = reshape(a, (1,) + a.shape) if a.ndim == 1 else a
+    b2 = reshape(b, b.shape + (1,)) if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ShapeError(f"{describe(user_src())}\n  matmul: shapes {a.shape} and {b.shape} do not fit "
+                         f"({a2.shape[-1]} != {b2.shape[-2]})")
+    if b2.ndim == 2 and a2.ndim > 2:  # x[..., k] @ W[k, n]: one big matrix product, no copies of W
+        out = bind("matmul", [reshape(a2, (-1, a2.shape[-1])), b2])
+        out = reshape(out, a2.shape[:-1] + (b2.shape[-1],))
+    else:
+        try:
+            batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+        except ValueError:
+            raise ShapeError(f"{describe(user_src())}\n  matmul: batch shapes {a.shape} and {b.shape} "
+                             "do not broadcast") from None
+        a2 = broadcast_to(a2, batch + a2.shape[-2:])
+        b2 = broadcast_to(b2, batch + b2.shape[-2:])
+        out = bind("matmul", [a2, b2])
+    if a.ndim == 1:
+        out = reshape(out, out.shape[:-2] + out.shape[-1:])
+    if b.ndim == 1:
+        out = reshape(out, out.shape[:-1])
+    return out
+
+
+def getitem(x, key):
+    """Basic numpy indexing: ints, slices, None, Ellipsis; an integer array on the first axis gathers."""
+    if isinstance(key, (Tracer, np.ndarray, list)):
+        return take(x, key if not isinstance(key, list) else np.asarray(key), 0)
+    key = key if isinstance(key, tuple) else (key,)
+    if builtins.sum(k is Ellipsis for k in key) > 1:
+        raise ShapeError(f"{describe(user_src())}\n  only one Ellipsis is allowed in an index")
+    n_real = builtins.sum(k is not None and k is not Ellipsis for k in key)
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (x.ndim - n_real) + key[i + 1:]
+    key = key + (slice(None),) * (x.ndim - n_real)
+    if n_real > x.ndim:
+        raise ShapeError(f"{describe(user_src())}\n  too many indices ({n_real}) for shape {x.shape}")
+    starts, steps, sizes, out_shape, axis = [], [], [], [], 0
+    for k in key:
+        if k is None:
+            out_shape.append(1)
+            continue
+        n = x.shape[axis]
+        if isinstance(k, slice):
+            st, stop, sp = k.indices(n)
+            cnt = len(range(st, stop, sp))
+            starts.append(st if cnt else 0)
+            steps.append(sp)
+            sizes.append(cnt)
+            out_shape.append(cnt)
+        elif isinstance(k, (int, np.integer)):
+            if not -n <= k < n:
+                raise IndexError(f"{describe(user_src())}\n  index {k} is out of range for axis {axis} "
+                                 f"of size {n}")
+            starts.append(int(k) % n)
+            steps.append(1)
+            sizes.append(1)
+        else:
+            raise ShapeError(f"{describe(user_src())}\n  unsupported index {k!r}: use ints, slices, None, "
+                             "or one integer array on the first axis")
+        axis += 1
+    r = x
+    if (tuple(starts), tuple(sizes)) != ((0,) * x.ndim, x.shape) or any(s != 1 for s in steps):
+        r = bind("slice", [x], starts=tuple(starts), steps=tuple(steps), shape=tuple(sizes))
+    return reshape(r, tuple(out_shape))

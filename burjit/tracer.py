@@ -1,0 +1,206 @@
+"""Tracer values: running the user's step on these records every op into a Graph.
+
+`bind` is the one way a node is created: it infers shape and dtype from the op registry and
+stamps the user's file:line on the node, so every later error can point at user code.
+"""
+
+import linecache
+import os
+import sys
+import threading
+
+import numpy as np
+
+from . import primitives as P
+from .errors import ShapeError, TracingError
+from .graph import Graph, Literal
+
+_OWN_DIRS = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in (
+    __file__, os.path.join(os.path.dirname(__file__), "..", "passes", "x"),
+    os.path.join(os.path.dirname(__file__), "..", "codegen", "x")))
+_state = threading.local()
+
+
+def user_src():
+    """'file:line' of the innermost frame outside burjit (and outside numpy)."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = os.path.abspath(f.f_code.co_filename)
+        if not name.startswith(_OWN_DIRS) and f"{os.sep}numpy{os.sep}" not in name:
+            return f"{f.f_code.co_filename}:{f.f_lineno}"
+        f = f.f_back
+    return "<unknown>"
+
+
+def describe(src):
+    """'file:line: <source text>' for messages."""
+    if not src or ":" not in src:
+        return src or "<unknown>"
+    path, _, line = src.rpartition(":")
+    text = linecache.getline(path, int(line)).strip() if line.isdigit() else ""
+    return f"{src}: {text}" if text else src
+
+
+class Trace:
+    """One active recording. Traces nest (a step that calls grad traces into the same graph)."""
+
+    def __init__(self):
+        self.graph = Graph()
+
+    def __enter__(self):
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _stack().pop()
+
+
+def _stack():
+    if not hasattr(_state, "stack"):
+        _state.stack = []
+    return _state.stack
+
+
+def current_trace():
+    st = _stack()
+    return st[-1] if st else None
+
+
+def bind(op, operands, **attrs):
+    """Add node `op(*operands)` to the current trace and return its Tracer."""
+    trace = current_trace()
+    if trace is None:
+        raise TracingError(f"{op}: traced ops need an active burjit trace (use burjit.compile)")
+    for o in operands:
+        if o.trace is not trace:
+            raise TracingError(f"{describe(user_src())}\n  a traced value from another (finished) trace was used; "
+                               "do not keep traced values in globals between steps")
+    prim = P.PRIMITIVES[op]
+    src = user_src()
+    try:
+        shape, dtype = prim.infer([(o.shape, o.dtype) for o in operands], attrs)
+    except ShapeError as e:
+        raise ShapeError(f"{describe(src)}\n  {e}") from None
+    node = trace.graph.add(op, [o.node for o in operands], shape, dtype, attrs, src)
+    return Tracer(trace, node, tuple(shape), dtype)
+
+
+def lift(x, like=None):
+    """Make x a Tracer: Python scalars take the dtype of `like` (weak typing), arrays become literals."""
+    if isinstance(x, Tracer):
+        return x
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        natural = "bool" if isinstance(x, bool) else "int64" if isinstance(x, int) else "float64"
+        dtype = natural
+        if like is not None and like.dtype != "bool" and not (natural == "float64" and like.dtype not in P.FLOATS):
+            dtype = like.dtype
+        return bind("const", [], value=x, shape=(), dtype=dtype)
+    arr = np.asarray(x)
+    check_dtype(arr.dtype, "a captured array")
+    if arr.ndim == 0:
+        return bind("const", [], value=arr.item(), shape=(), dtype=str(arr.dtype))
+    return bind("literal", [], value=Literal(arr))
+
+
+def check_dtype(dtype, what):
+    if str(dtype) not in P.DTYPES:
+        raise TracingError(f"{describe(user_src())}\n  {what} has dtype {dtype}; burjit supports "
+                           + ", ".join(P.DTYPES))
+    return str(dtype)
+
+
+class Tracer:
+    """A traced array. Supports numpy's operators; see burjit.ops for the functions."""
+
+    __slots__ = ("trace", "node", "shape", "dtype")
+    __array_ufunc__ = None  # numpy defers to our reflected operators: np_array * tracer works
+    __hash__ = object.__hash__
+
+    def __init__(self, trace, node, shape, dtype):
+        self.trace, self.node, self.shape, self.dtype = trace, node, shape, dtype
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self):
+        return f"Tracer(%{self.node}, shape={self.shape}, dtype={self.dtype})"
+
+    def _refuse(self, what):
+        raise TracingError(
+            f"{describe(user_src())}\n  {what} of a traced value: its value is not known while tracing. "
+            "Use burjit.ops.where / maximum / minimum instead of Python control flow on traced values.")
+
+    def __bool__(self):
+        self._refuse("bool()")
+
+    def __float__(self):
+        self._refuse("float()")
+
+    def __int__(self):
+        self._refuse("int()")
+
+    def __index__(self):
+        self._refuse("using as an index")
+
+    def __complex__(self):
+        self._refuse("complex()")
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d traced value")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d traced value")
+        return (self[i] for i in range(self.shape[0]))
+
+    # Arithmetic: ops.py holds the numpy-broadcasting implementations.
+    def __add__(self, o): return _F.add(self, o)
+    def __radd__(self, o): return _F.add(o, self)
+    def __sub__(self, o): return _F.subtract(self, o)
+    def __rsub__(self, o): return _F.subtract(o, self)
+    def __mul__(self, o): return _F.multiply(self, o)
+    def __rmul__(self, o): return _F.multiply(o, self)
+    def __truediv__(self, o): return _F.divide(self, o)
+    def __rtruediv__(self, o): return _F.divide(o, self)
+    def __pow__(self, o): return _F.power(self, o)
+    def __rpow__(self, o): return _F.power(o, self)
+    def __matmul__(self, o): return _F.matmul(self, o)
+    def __rmatmul__(self, o): return _F.matmul(o, self)
+    def __neg__(self): return _F.negative(self)
+    def __pos__(self): return self
+    def __abs__(self): return _F.abs(self)
+    def __lt__(self, o): return _F.less(self, o)
+    def __le__(self, o): return _F.less_equal(self, o)
+    def __gt__(self, o): return _F.greater(self, o)
+    def __ge__(self, o): return _F.greater_equal(self, o)
+    def __eq__(self, o): return _F.equal(self, o)
+    def __ne__(self, o): return _F.not_equal(self, o)
+    def __and__(self, o): return _F.logical_and(self, o)
+    def __or__(self, o): return _F.logical_or(self, o)
+    def __invert__(self): return _F.logical_not(self)
+    def __getitem__(self, key): return _F.getitem(self, key)
+
+    @property
+    def T(self): return _F.transpose(self)
+    def transpose(self, *axes): return _F.transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else (axes or None))
+    def reshape(self, *shape): return _F.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+    def sum(self, axis=None, keepdims=False): return _F.sum(self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False): return _F.mean(self, axis, keepdims)
+    def max(self, axis=None, keepdims=False): return _F.max(self, axis, keepdims)
+    def min(self, axis=None, keepdims=False): return _F.min(self, axis, keepdims)
+    def astype(self, dtype): return _F.astype(self, dtype)
+    def exp(self): return _F.exp(self)
+    def log(self): return _F.log(self)
+    def tanh(self): return _F.tanh(self)
+    def relu(self): return _F.relu(self)
+    def sigmoid(self): return _F.sigmoid(self)
+
+
+from . import ops as _F  # noqa: E402  (ops builds on Tracer; Tracer's operators call into ops)

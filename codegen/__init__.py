@@ -1,0 +1,1 @@
+"""LLVM IR emission, JIT and the calling convention (knows nothing of tracing)."""

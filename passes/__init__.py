@@ -1,0 +1,1 @@
+"""Graph -> Graph transforms; pipeline.py lists them in order."""

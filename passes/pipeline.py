@@ -1,0 +1,22 @@
+"""The ordered list of passes, and the switch to turn any of them off.
+
+`run(graph, names)` applies the named passes in pipeline order. BURJIT_DISABLE_PASSES
+(comma-separated names) turns passes off for debugging without touching code.
+"""
+
+import os
+
+PASSES = {}  # name -> Graph -> Graph, in pipeline order
+DEFAULT = tuple(PASSES)
+
+
+def run(graph, names=None):
+    names = DEFAULT if names is None else tuple(names)
+    unknown = set(names) - set(PASSES)
+    if unknown:
+        raise ValueError(f"unknown passes {sorted(unknown)}; known: {list(PASSES)}")
+    off = {p.strip() for p in os.environ.get("BURJIT_DISABLE_PASSES", "").split(",") if p.strip()}
+    for name, fn in PASSES.items():
+        if name in names and name not in off:
+            graph = fn(graph)
+    return graph
