@@ -18,6 +18,7 @@ from .graph import Graph
 from .reference import evaluate
 
 register_backend("reference", reference.ReferenceExecutable, passes=())
+from . import codegen as _codegen  # noqa: E402,F401  (registers the "native" backend)
 
 __all__ = ["compile", "grad", "value_and_grad", "ops", "numpy", "evaluate", "Graph",
            "TracingError", "ShapeError", "register_backend"]

@@ -91,7 +91,8 @@ class Graph:
 
     def __str__(self):
         lines = ["{ lambda " + ", ".join(f"%{n}:{self.type_str(n)}" for n in self.inputs) + " ."]
-        group = self.meta.get("groups", {})
+        group = {n: i for i, g in enumerate(self.meta.get("schedule") or self.meta.get("groups") or ())
+                 for n in g if len(g) > 1}
         for n in self.topo():
             a = self.nx.nodes[n]
             if a["op"] == "input":

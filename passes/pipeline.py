@@ -6,8 +6,19 @@
 
 import os
 
+from . import memplan, schedule
+
 PASSES = {}  # name -> Graph -> Graph, in pipeline order
 DEFAULT = tuple(PASSES)
+
+
+def prepare(graph):
+    """Fill in what codegen needs when the passes that make it were switched off."""
+    if "schedule" not in graph.meta:
+        graph = schedule.schedule(graph)
+    if "memory" not in graph.meta:
+        graph = memplan.naive(graph)
+    return graph
 
 
 def run(graph, names=None):

@@ -1,0 +1,17 @@
+import os
+
+import pytest
+from hypothesis import settings
+
+import burjit
+from burjit.compile import BACKENDS
+
+settings.register_profile("default", max_examples=25, deadline=None, derandomize=True)
+settings.register_profile("thorough", max_examples=300, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request):
+    """Every registered backend: tests that take this fixture run once per backend."""
+    return request.param
