@@ -12,7 +12,7 @@ from . import ops
 from . import ops as numpy
 from . import reference
 from .autodiff import grad, value_and_grad
-from .compile import compile, register_backend
+from .jit import compile, register_backend
 from .errors import ShapeError, TracingError
 from .graph import Graph
 from .reference import evaluate

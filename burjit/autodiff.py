@@ -33,7 +33,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
     @functools.wraps(f)
     def vg(*args, **kwargs):
         if current_trace() is None:
-            from .compile import compile as _compile
+            from .jit import compile as _compile
             return _compile(lambda *a: vg(*a, **kwargs), backend="reference")(*args)
         args = list(args)
         wrt = []

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import settings
 
 import burjit
-from burjit.compile import BACKENDS
+from burjit.jit import BACKENDS
 
 settings.register_profile("default", max_examples=25, deadline=None, derandomize=True)
 settings.register_profile("thorough", max_examples=300, deadline=None)
