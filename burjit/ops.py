@@ -106,9 +106,7 @@ def gelu(x):
     return 0.5 * x * (1.0 + tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
 
 
-def softplus(x):
-    """log(1 + exp(x)), written to stay finite for large |x|."""
-    return maximum(x, 0.0) + log(1.0 + exp(-abs(x)))
+def softplus(x): return _elementwise("softplus", x)
 
 
 def where(cond, a, b):
@@ -302,7 +300,8 @@ def getitem(x, key):
     if Ellipsis in key:
         i = key.index(Ellipsis)
         key = key[:i] + (slice(None),) * (x.ndim - n_real) + key[i + 1:]
-    key = key + (slice(None),) * (x.ndim - n_real)
+    else:
+        key = key + (slice(None),) * (x.ndim - n_real)
     if n_real > x.ndim:
         raise ShapeError(f"{describe(user_src())}\n  too many indices ({n_real}) for shape {x.shape}")
     starts, steps, sizes, out_shape, axis = [], [], [], [], 0

@@ -124,6 +124,10 @@ elementwise("sign", np.sign,
 elementwise("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x)),
             lambda e, x: e.div(e.const(1, x), e.add(e.const(1, x), e.exp(e.neg(x)))),
             lambda F, g, out, xs, needs, a: [g * out * (1.0 - out)])
+# softplus is primitive so its slope is exactly sigmoid(x), also at 0 where a max/abs form has kinks.
+elementwise("softplus", lambda x: np.logaddexp(0, x),
+            lambda e, x: e.add(e.max(x, e.const(0, x)), e.log(e.add(e.const(1, x), e.exp(e.neg(e.abs(x)))))),
+            lambda F, g, out, xs, needs, a: [g * F.sigmoid(xs[0])])
 elementwise("add", np.add, lambda e, x, y: e.add(x, y),
             lambda F, g, out, xs, needs, a: [g, g], _same_numeric)
 elementwise("sub", np.subtract, lambda e, x, y: e.sub(x, y),
@@ -166,7 +170,7 @@ elementwise("id", np.copy, lambda e, x: x, lambda F, g, out, xs, needs, a: [g], 
 elementwise("stop_gradient", np.copy, lambda e, x: x, lambda F, g, out, xs, needs, a: [None],
             _identity_dtype)
 
-ELEMENTWISE_FLOAT_ONLY = {"exp", "log", "tanh", "sqrt", "sigmoid", "div", "pow"}
+ELEMENTWISE_FLOAT_ONLY = {"exp", "log", "tanh", "sqrt", "sigmoid", "softplus", "div", "pow"}
 
 
 # -- sources ----------------------------------------------------------------------------------

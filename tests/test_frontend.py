@@ -1,0 +1,246 @@
+"""The tracer, autodiff and front door: values, gradients, pytrees, caching, donation, errors."""
+
+import os
+import runpy
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import burjit
+from burjit import ops as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_micrograd_expression(backend):
+    expression = runpy.run_path(os.path.join(ROOT, "examples", "micrograd_expr.py"))["expression"]
+    step = burjit.compile(burjit.value_and_grad(expression, argnums=(0, 1)), backend=backend)
+    g, (da, db) = step(np.float64(-4.0), np.float64(2.0))
+    assert round(float(g), 4) == 24.7041
+    assert round(float(da), 4) == 138.8338
+    assert round(float(db), 4) == 645.5773
+
+
+def test_micrograd_example_prints_values():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "micrograd_expr.py")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "g     = 24.7041" in out and "dg/da = 138.8338" in out and "dg/db = 645.5773" in out
+
+
+def _mlp_init(rng, sizes):
+    return [{"w": rng.uniform(-1, 1, (i, o)), "b": np.zeros(o)} for i, o in zip(sizes, sizes[1:])]
+
+
+def _mlp(params, x):
+    for k, layer in enumerate(params):
+        x = x @ layer["w"] + layer["b"]
+        x = F.tanh(x) if k < len(params) - 1 else x
+    return x
+
+
+def test_mlp_training_step_lowers_loss(backend):
+    rng = np.random.default_rng(0)
+    params = _mlp_init(rng, [2, 16, 16, 1])
+    x = rng.normal(size=(32, 2))
+    y = np.sign(x[:, :1] * x[:, 1:])
+
+    @burjit.compile(backend=backend, donate_argnums=0)
+    def step(params, x, y):
+        loss, g = burjit.value_and_grad(lambda p: F.mean(F.relu(1 - y * _mlp(p, x))))(params)
+        return [{k: p[k] - 0.05 * gp[k] for k in p} for p, gp in zip(params, g)], loss
+
+    ids = [id(layer["w"]) for layer in params]
+    losses = [float(step(params, x, y)[1]) for _ in range(60)]
+    assert losses[-1] < 0.7 * losses[0]
+    assert [id(layer["w"]) for layer in params] == ids  # updated in place, same arrays
+
+
+def test_donated_outputs_are_the_input_arrays():
+    @burjit.compile(donate_argnums=0, backend="reference")
+    def step(p, x):
+        return {"w": p["w"] + x}, F.sum(x)
+
+    p = {"w": np.zeros(3)}
+    new_p, s = step(p, np.ones(3))
+    assert new_p["w"] is p["w"] and np.array_equal(p["w"], np.ones(3)) and float(s) == 3.0
+
+
+def test_failed_step_leaves_donated_buffers_untouched(backend):
+    @burjit.compile(donate_argnums=0, backend=backend)
+    def step(p, idx):
+        return {"e": p["e"] - F.take(p["e"], idx).sum() * 0.1}, F.sum(p["e"])
+
+    p = {"e": np.arange(6.0).reshape(3, 2)}
+    before = p["e"].copy()
+    with pytest.raises(IndexError):
+        step(p, np.array([0, 3]))
+    assert np.array_equal(p["e"], before)
+    step(p, np.array([0, 2]))
+    assert not np.array_equal(p["e"], before)
+
+
+def test_donation_needs_a_matching_output():
+    step = burjit.compile(lambda p: F.sum(p), donate_argnums=0)
+    with pytest.raises(burjit.TracingError, match="donate_argnums"):
+        step(np.ones(2))
+
+
+def test_pytrees_in_and_out(backend):
+    @burjit.compile(backend=backend)
+    def f(tree):
+        return {"s": tree["a"] + tree["b"][0], "t": (tree["b"][1] * 2, [tree["a"]])}
+
+    out = f({"b": [np.ones(2), np.float32(3)], "a": np.arange(2.0)})
+    assert set(out) == {"s", "t"} and isinstance(out["t"], tuple) and isinstance(out["t"][1], list)
+    np.testing.assert_array_equal(out["s"], [1.0, 2.0])
+    assert out["t"][0].dtype == np.float32 and float(out["t"][0]) == 6.0
+
+
+def test_cache_retraces_on_new_shape_and_static_value():
+    traces = []
+
+    @burjit.compile(backend="reference")
+    def f(x, scale):
+        traces.append(x.shape)
+        return x * scale
+
+    f(np.ones(2), 2.0)
+    f(np.zeros(2), 2.0)
+    assert len(traces) == 1
+    np.testing.assert_array_equal(f(np.ones(3), 2.0), [2.0] * 3)
+    np.testing.assert_array_equal(f(np.ones(3), 5.0), [5.0] * 3)
+    assert len(traces) == 3
+
+
+def test_grad_eagerly_and_of_pytrees():
+    g = burjit.grad(lambda p: F.sum(p["a"] ** 2) + p["b"][0] * 3.0)({"a": np.array([1.0, -2.0]), "b": [np.float64(1.0)]})
+    np.testing.assert_allclose(g["a"], [2.0, -4.0])
+    assert float(g["b"][0]) == 3.0
+
+
+def test_grad_has_aux_and_unused_argument():
+    f = burjit.value_and_grad(lambda x, y: (F.sum(x * x), x + 1), argnums=(0, 1), has_aux=True)
+    (loss, aux), (gx, gy) = f(np.array([1.0, 2.0]), np.array([5.0]))
+    assert float(loss) == 5.0
+    np.testing.assert_allclose(aux, [2.0, 3.0])
+    np.testing.assert_allclose(gx, [2.0, 4.0])
+    np.testing.assert_allclose(gy, [0.0])
+
+
+def test_second_order_through_slice_and_take():
+    """grad of grad exercises the VJPs of pad and scatter_add (the adjoints of slice and take)."""
+    def inner(x):
+        return F.sum(F.take(x, np.array([0, 2, 2])) ** 3) + F.sum(x[1:] ** 2)
+    hvp = burjit.grad(lambda x: F.sum(burjit.grad(inner)(x) * np.array([1.0, 2.0, 3.0])))
+    x = np.array([0.5, -1.0, 2.0])
+    # d/dx of [3x0^2, 2x1, 6x2^2 + 2x2] . [1, 2, 3] = [6x0, 4, 36x2 + 6]
+    np.testing.assert_allclose(hvp(x), [3.0, 4.0, 78.0])
+
+
+def test_grad_is_taken_only_through_the_argument():
+    def f(p):
+        return burjit.grad(lambda q: F.sum(q * p))(p)  # p inside is a constant for d/dq
+    np.testing.assert_allclose(burjit.compile(f, backend="reference")(np.array([2.0, 3.0])), [2.0, 3.0])
+
+
+def test_convert_cotangent_keeps_input_dtype():
+    g = burjit.grad(lambda x: F.sum(F.astype(x, "float32") * np.float32(2)))(np.ones(3))
+    assert g.dtype == np.float64
+    np.testing.assert_array_equal(g, [2.0, 2.0, 2.0])
+
+
+def test_softplus_sigmoid_stay_finite_far_out():
+    g = burjit.grad(lambda x: F.sum(F.softplus(x) + F.sigmoid(x)))(np.array([-800.0, 0.0, 800.0]))
+    assert np.all(np.isfinite(g))
+    np.testing.assert_allclose(g, [0.0, 0.75, 1.0])
+
+
+def test_graph_printer_lists_one_op_per_line():
+    step = burjit.compile(lambda x: F.exp(x) * 2.0, backend="reference")
+    text = str(step.graph(np.ones((2, 3), np.float32)))
+    lines = text.splitlines()
+    assert lines[0].startswith("{ lambda %0:f32[2,3]")
+    assert any("= exp %0" in ln for ln in lines) and lines[-1].startswith("  in (")
+
+
+# -- errors point at the user's line ------------------------------------------------------------
+
+def _line_of(fn, needle):
+    import inspect
+    src, start = inspect.getsourcelines(fn)
+    return start + next(i for i, s in enumerate(src) if needle in s)
+
+
+def test_python_if_on_tracer_names_the_line():
+    def f(x):
+        if x > 0:  # the offending line
+            return x
+        return -x
+    with pytest.raises(burjit.TracingError) as e:
+        burjit.compile(f)(np.ones(2))
+    assert f"test_frontend.py:{_line_of(f, 'if x > 0')}" in str(e.value) and "bool()" in str(e.value)
+
+
+@pytest.mark.parametrize("use", [float, int, bool])
+def test_float_int_bool_of_tracer_refused(use):
+    with pytest.raises(burjit.TracingError, match=use.__name__):
+        burjit.compile(lambda x: use(x))(np.float64(1.0))
+
+
+def test_while_on_tracer_refused():
+    def f(x):
+        while x < 3:
+            x = x + 1
+        return x
+    with pytest.raises(burjit.TracingError, match="control flow"):
+        burjit.compile(f)(np.float64(1.0))
+
+
+def test_shape_mismatch_names_both_shapes_and_line():
+    def f(a, b):
+        return a + b  # mismatch
+    with pytest.raises(burjit.ShapeError) as e:
+        burjit.compile(f)(np.ones((2, 3)), np.ones((4,)))
+    msg = str(e.value)
+    assert "(2, 3)" in msg and "(4,)" in msg and f"test_frontend.py:{_line_of(f, 'a + b')}" in msg
+
+
+def test_matmul_mismatch_message():
+    with pytest.raises(burjit.ShapeError, match=r"\(2, 3\) and \(4, 5\)"):
+        burjit.compile(lambda a, b: a @ b)(np.ones((2, 3)), np.ones((4, 5)))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.complex64, np.uint8])
+def test_unsupported_dtypes_refused(dtype):
+    with pytest.raises(burjit.TracingError, match="dtype"):
+        burjit.compile(lambda x: x * 2)(np.ones(2, dtype))
+
+
+def test_leaked_tracer_is_refused():
+    leaked = []
+    burjit.compile(lambda x: leaked.append(x) or x, backend="reference")(np.ones(2))
+    with pytest.raises(burjit.TracingError, match="another"):
+        burjit.compile(lambda y: y + leaked[0], backend="reference")(np.ones(2))
+
+
+def test_grad_of_non_scalar_refused():
+    with pytest.raises(burjit.TracingError, match="scalar"):
+        burjit.grad(lambda x: x * 2)(np.ones(3))
+
+
+def test_static_index_out_of_range():
+    with pytest.raises(IndexError, match="out of range"):
+        burjit.compile(lambda x: x[5])(np.ones(3))
+
+
+def test_non_contiguous_input_is_copied(backend):
+    x = np.arange(12.0).reshape(3, 4).T
+    np.testing.assert_array_equal(burjit.compile(lambda a: a * 1.0, backend=backend)(x), x)
+
+
+def test_mixed_precision_promotes_like_numpy(backend):
+    out = burjit.compile(lambda a, b: (a + b, a * 2.0, a + 1), backend=backend)(
+        np.ones(2, np.float32), np.ones(2, np.float64))
+    assert [o.dtype for o in out] == [np.float64, np.float32, np.float32]
