@@ -11,6 +11,7 @@ Public API:
 from . import ops
 from . import ops as numpy
 from . import reference
+from . import nn, optim
 from .autodiff import grad, value_and_grad
 from .jit import compile, register_backend
 from .errors import ShapeError, TracingError
@@ -21,4 +22,4 @@ register_backend("reference", reference.ReferenceExecutable, passes=())
 from . import codegen as _codegen  # noqa: E402,F401  (registers the "native" backend)
 
 __all__ = ["compile", "grad", "value_and_grad", "ops", "numpy", "evaluate", "Graph",
-           "TracingError", "ShapeError", "register_backend"]
+           "TracingError", "ShapeError", "register_backend", "nn", "optim"]

@@ -1,0 +1,213 @@
+"""Functional layers: a layer object holds only its configuration; parameters are plain dicts.
+
+`layer.init(seed)` returns a pytree (nested dicts/lists) of numpy arrays, drawn from
+`numpy.random.default_rng(seed)` (or a Generator you pass), so the same seed gives the same
+model on every machine. `layer(params, x)` computes the output with burjit.ops, so it works
+inside a compiled step (gradients included) and nothing is hidden in the layer object:
+what you donate, save and optimise is exactly the dict you hold.
+"""
+
+import json
+import math
+
+import numpy as np
+
+from . import ops as F
+from . import pytree
+from .ops import cross_entropy, mse
+
+__all__ = ["Linear", "Embedding", "LayerNorm", "CausalSelfAttention", "MLP", "Block", "GPT",
+           "cross_entropy", "mse", "save", "load"]
+
+
+def _rng(seed):
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+class Linear:
+    """y = x @ w + b with w of shape (n_in, n_out); weights ~ N(0, std), std = 1/sqrt(n_in) unless given."""
+
+    def __init__(self, n_in, n_out, bias=True, std=None, dtype="float32"):
+        self.n_in, self.n_out, self.bias, self.dtype = n_in, n_out, bias, dtype
+        self.std = n_in ** -0.5 if std is None else std
+
+    def init(self, seed):
+        p = {"w": (_rng(seed).standard_normal((self.n_in, self.n_out)) * self.std).astype(self.dtype)}
+        if self.bias:
+            p["b"] = np.zeros(self.n_out, self.dtype)
+        return p
+
+    def __call__(self, p, x):
+        y = x @ p["w"]
+        return y + p["b"] if self.bias else y
+
+
+class Embedding:
+    """Row lookup in a (num, dim) table; indices must lie in [0, num) (checked at run time)."""
+
+    def __init__(self, num, dim, std=0.02, dtype="float32"):
+        self.num, self.dim, self.std, self.dtype = num, dim, std, dtype
+
+    def init(self, seed):
+        return {"w": (_rng(seed).standard_normal((self.num, self.dim)) * self.std).astype(self.dtype)}
+
+    def __call__(self, p, idx):
+        return F.embedding(p["w"], idx)
+
+
+class LayerNorm:
+    """Normalise the last axis to zero mean and unit variance, then scale and shift."""
+
+    def __init__(self, dim, eps=1e-5, dtype="float32"):
+        self.dim, self.eps, self.dtype = dim, eps, dtype
+
+    def init(self, seed=None):
+        return {"g": np.ones(self.dim, self.dtype), "b": np.zeros(self.dim, self.dtype)}
+
+    def __call__(self, p, x):
+        mu = F.mean(x, -1, keepdims=True)
+        d = x - mu
+        var = F.mean(d * d, -1, keepdims=True)
+        return d / F.sqrt(var + self.eps) * p["g"] + p["b"]
+
+
+class CausalSelfAttention:
+    """Multi-head self-attention over (B, T, C) where position t only sees positions <= t."""
+
+    def __init__(self, d_model, n_head, proj_std=None, dtype="float32"):
+        if d_model % n_head:
+            raise ValueError(f"d_model {d_model} is not divisible by n_head {n_head}")
+        self.n_head = n_head
+        self.qkv = Linear(d_model, 3 * d_model, dtype=dtype)
+        self.proj = Linear(d_model, d_model, std=proj_std, dtype=dtype)
+
+    def init(self, seed):
+        rng = _rng(seed)
+        return {"qkv": self.qkv.init(rng), "proj": self.proj.init(rng)}
+
+    def __call__(self, p, x):
+        B, T, C = x.shape
+        H, hd = self.n_head, C // self.n_head
+        qkv = self.qkv(p["qkv"], x)
+        q, k, v = (F.transpose(F.reshape(qkv[:, :, i * C:(i + 1) * C], (B, T, H, hd)), (0, 2, 1, 3))
+                   for i in range(3))
+        att = (q @ F.transpose(k, (0, 1, 3, 2))) * (1.0 / math.sqrt(hd))
+        row = F.reshape(F.arange(T), (T, 1))
+        col = F.reshape(F.arange(T), (1, T))
+        att = F.softmax(F.where(col <= row, att, -1e9), -1)  # finite fill: no inf - inf in softmax
+        y = F.reshape(F.transpose(att @ v, (0, 2, 1, 3)), (B, T, C))
+        return self.proj(p["proj"], y)
+
+
+class MLP:
+    """Position-wise feed-forward: Linear(d, hidden) -> GELU -> Linear(hidden, d)."""
+
+    def __init__(self, d_model, hidden=None, proj_std=None, dtype="float32"):
+        hidden = hidden or 4 * d_model
+        self.fc = Linear(d_model, hidden, dtype=dtype)
+        self.proj = Linear(hidden, d_model, std=proj_std, dtype=dtype)
+
+    def init(self, seed):
+        rng = _rng(seed)
+        return {"fc": self.fc.init(rng), "proj": self.proj.init(rng)}
+
+    def __call__(self, p, x):
+        return self.proj(p["proj"], F.gelu(self.fc(p["fc"], x)))
+
+
+class Block:
+    """Pre-norm transformer block: x + attn(ln(x)), then + mlp(ln(x))."""
+
+    def __init__(self, d_model, n_head, proj_std=None, dtype="float32"):
+        self.ln1, self.ln2 = LayerNorm(d_model, dtype=dtype), LayerNorm(d_model, dtype=dtype)
+        self.attn = CausalSelfAttention(d_model, n_head, proj_std, dtype)
+        self.mlp = MLP(d_model, proj_std=proj_std, dtype=dtype)
+
+    def init(self, seed):
+        rng = _rng(seed)
+        return {"ln1": self.ln1.init(), "attn": self.attn.init(rng), "ln2": self.ln2.init(),
+                "mlp": self.mlp.init(rng)}
+
+    def __call__(self, p, x):
+        x = x + self.attn(p["attn"], self.ln1(p["ln1"], x))
+        return x + self.mlp(p["mlp"], self.ln2(p["ln2"], x))
+
+
+class GPT:
+    """A GPT-2-style decoder: token + position embeddings, n_layer blocks, final norm, vocab head.
+
+    Residual output projections start at std 1/sqrt(2 * n_layer * d_model), as in GPT-2, so
+    the residual stream's variance does not grow with depth at init.
+    """
+
+    def __init__(self, vocab_size, block_size, n_layer=2, n_head=4, d_model=64, dtype="float32"):
+        self.config = dict(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer,
+                           n_head=n_head, d_model=d_model, dtype=dtype)
+        self.block_size = block_size
+        self.wte = Embedding(vocab_size, d_model, dtype=dtype)
+        self.wpe = Embedding(block_size, d_model, dtype=dtype)
+        proj_std = (2 * n_layer * d_model) ** -0.5
+        self.blocks = [Block(d_model, n_head, proj_std, dtype) for _ in range(n_layer)]
+        self.ln_f = LayerNorm(d_model, dtype=dtype)
+        self.head = Linear(d_model, vocab_size, bias=False, dtype=dtype)
+
+    def init(self, seed):
+        rng = _rng(seed)
+        return {"wte": self.wte.init(rng), "wpe": self.wpe.init(rng),
+                "blocks": [b.init(rng) for b in self.blocks], "ln_f": self.ln_f.init(),
+                "head": self.head.init(rng)}
+
+    def __call__(self, p, idx):
+        """Logits (B, T, vocab_size) for integer tokens idx of shape (B, T), T <= block_size."""
+        T = idx.shape[-1]
+        if T > self.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.block_size}")
+        x = self.wte(p["wte"], idx) + self.wpe(p["wpe"], F.arange(T))
+        for block, bp in zip(self.blocks, p["blocks"]):
+            x = block(bp, x)
+        return self.head(p["head"], self.ln_f(p["ln_f"], x))
+
+    def loss(self, p, idx, targets):
+        """Mean next-token cross-entropy."""
+        return cross_entropy(self(p, idx), targets)
+
+
+# -- saving and loading ----------------------------------------------------------------------
+
+def _named_leaves(tree, prefix=""):
+    """(path, leaf) pairs with paths like 'blocks/0/attn/qkv/w', in pytree (sorted-key) order."""
+    if isinstance(tree, dict):
+        return [kv for k in sorted(tree) for kv in _named_leaves(tree[k], f"{prefix}{k}/")]
+    if isinstance(tree, (list, tuple)):
+        return [kv for i, x in enumerate(tree) for kv in _named_leaves(x, f"{prefix}{i}/")]
+    if tree is None:
+        return []
+    return [(prefix.rstrip("/"), tree)]
+
+
+def save(path, tree, meta=None):
+    """Write a pytree of arrays to an .npz (one entry per leaf, by path) plus JSON `meta`."""
+    arrays = {name: np.asarray(leaf) for name, leaf in _named_leaves(tree)}
+    if "__meta__" in arrays:
+        raise ValueError("'__meta__' is reserved")
+    np.savez(path, __meta__=np.array(json.dumps(meta or {})), **arrays)
+
+
+def load(path, like):
+    """Read what `save` wrote into a pytree shaped like `like`, checking every name, shape and dtype.
+
+    Returns (tree, meta). The template makes a stale or foreign file fail loudly, not half-load.
+    """
+    with np.load(path, allow_pickle=False) as z:
+        stored = {k: z[k] for k in z.files}
+    meta = json.loads(str(stored.pop("__meta__", "{}")))
+    named = _named_leaves(like)
+    want = {name for name, _ in named}
+    if set(stored) != want:
+        raise ValueError(f"{path}: entries do not match the model: missing {sorted(want - set(stored))}, "
+                         f"unexpected {sorted(set(stored) - want)}")
+    for name, leaf in named:
+        a, b = stored[name], np.asarray(leaf)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise ValueError(f"{path}: {name} is {a.shape} {a.dtype}, the model wants {b.shape} {b.dtype}")
+    return pytree.unflatten(pytree.flatten(like)[1], [stored[name] for name, _ in named]), meta
