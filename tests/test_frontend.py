@@ -244,3 +244,34 @@ def test_mixed_precision_promotes_like_numpy(backend):
     out = burjit.compile(lambda a, b: (a + b, a * 2.0, a + 1), backend=backend)(
         np.ones(2, np.float32), np.ones(2, np.float64))
     assert [o.dtype for o in out] == [np.float64, np.float32, np.float32]
+
+
+def test_scalar_mlp_micrograd_style(backend):
+    """A 2-16-16-1 MLP written neuron by neuron on 0-d values, as in micrograd, trains."""
+    rng = np.random.default_rng(1)
+    sizes = [2, 16, 16, 1]
+    params = [[[np.float64(v) for v in rng.uniform(-1, 1, i + 1)] for _ in range(o)]
+              for i, o in zip(sizes, sizes[1:])]
+    xs = rng.uniform(-1, 1, (8, 2)).tolist()  # Python floats: static data, baked into the code
+    ys = [1.0 if a * b > 0 else -1.0 for a, b in xs]
+
+    def forward(params, x):
+        for k, layer in enumerate(params):
+            x = [sum((wi * xi for wi, xi in zip(n[:-1], x)), n[-1]) for n in layer]
+            x = [F.tanh(v) for v in x] if k < len(params) - 1 else x
+        return x[0]
+
+    def loss(params):
+        return sum(F.relu(1.0 - y * forward(params, x)) for x, y in zip(xs, ys)) * (1.0 / len(xs))
+
+    @burjit.compile(backend=backend)
+    def step(params):
+        value, g = burjit.value_and_grad(loss)(params)
+        return [[[w - 0.05 * gw for w, gw in zip(n, gn)] for n, gn in zip(layer, gl)]
+                for layer, gl in zip(params, g)], value
+
+    losses = []
+    for _ in range(15):
+        params, value = step(params)
+        losses.append(float(value))
+    assert losses[-1] < 0.8 * losses[0]
