@@ -17,9 +17,8 @@ import os
 import numpy as np
 
 from . import pytree
-from . import primitives as P
 from .errors import TracingError
-from .tracer import Trace, Tracer, bind, lift
+from .tracer import Trace, Tracer, bind, check_dtype, lift
 
 BACKENDS = {}  # name -> (build, default pass names or None for the pipeline's default)
 
@@ -37,6 +36,7 @@ class Lowered:
 
     def __init__(self, graph, executable, out_tree):
         self.graph, self.executable, self.out_tree = graph, executable, out_tree
+        self.rebuild = pytree.unflattener(out_tree)
 
 
 class CompiledFunction:
@@ -56,8 +56,7 @@ class CompiledFunction:
         if entry is None:
             entry = self._cache[key] = self._lower(args, arrays)
         self._last = entry
-        outs = entry.executable(arrays)
-        return pytree.unflatten(entry.out_tree, outs)
+        return entry.rebuild(entry.executable(arrays))
 
     # -- inspection (for the given arguments' signature, or the last one called) ----------------
     def lower(self, *args):
@@ -91,44 +90,47 @@ class CompiledFunction:
         return self.backend or default_backend()
 
     def _signature(self, args):
+        """Cache key and input arrays. On the hot path: dtype support is checked when tracing."""
         key, arrays = [], []
         for i, arg in enumerate(args):
             if i in self.static_argnums:
                 key.append(("static", _hashable(arg)))
                 continue
             leaves, td = pytree.flatten(arg)
-            sig = []
+            sig = [td]
             for leaf in leaves:
-                if isinstance(leaf, (np.ndarray, np.generic)):
-                    dtype = str(leaf.dtype)
-                    if dtype not in P.DTYPES:
-                        raise TracingError(f"argument {i} has an array of dtype {dtype}; burjit supports "
-                                           + ", ".join(P.DTYPES))
-                    if isinstance(leaf, np.ndarray) and not leaf.flags.c_contiguous:
+                if type(leaf) is np.ndarray:
+                    if not leaf.flags.c_contiguous:
                         if i in self.donate_argnums:
                             raise ValueError(f"donated argument {i} has a non-contiguous array; its buffer "
                                              "cannot be updated in place (pass np.ascontiguousarray(x))")
                         leaf = np.ascontiguousarray(leaf)  # documented copy
-                    elif isinstance(leaf, np.generic):
-                        leaf = np.asarray(leaf)
-                    elif i in self.donate_argnums and not leaf.flags.writeable:
-                        raise ValueError(f"donated argument {i} has a read-only array")
                     arrays.append(leaf)
-                    sig.append((leaf.shape, dtype))
+                    sig.append((leaf.shape, leaf.dtype))
+                elif isinstance(leaf, np.generic):
+                    arrays.append(np.asarray(leaf))
+                    sig.append(((), leaf.dtype))
                 elif isinstance(leaf, (bool, int, float)):
-                    sig.append(("py", type(leaf).__name__, leaf))
+                    sig.append(("py", type(leaf), leaf))
                 elif isinstance(leaf, Tracer):
                     raise TracingError("a compiled step was called with traced values; call the plain "
                                        "function inside another trace instead")
                 else:
                     raise TracingError(f"argument {i}: unsupported leaf of type {type(leaf).__name__} "
                                        "(use numpy arrays, Python scalars, or static_argnums)")
-            key.append((td, tuple(sig)))
+            key.append(tuple(sig))
         if self.donate_argnums:
-            ids = [id(a) for a in arrays]
-            if len(set(ids)) != len(ids):
-                raise ValueError("the same array is passed twice while one of its uses is donated")
+            self._check_donated(args, arrays)
         return tuple(key), arrays
+
+    def _check_donated(self, args, arrays):
+        ids = [id(a) for a in arrays]
+        if len(set(ids)) != len(ids):
+            raise ValueError("the same array is passed twice while one of its uses is donated")
+        for i in self.donate_argnums:
+            if i < len(args) and any(isinstance(x, np.ndarray) and not x.flags.writeable
+                                     for x in pytree.flatten(args[i])[0]):
+                raise ValueError(f"donated argument {i} has a read-only array")
 
     def _lower(self, args, arrays):
         from .passes import pipeline
@@ -144,7 +146,8 @@ class CompiledFunction:
                 for leaf in leaves:
                     if isinstance(leaf, (np.ndarray, np.generic)):
                         a = arrays[k]
-                        x = bind("input", [], index=k, shape=a.shape, dtype=str(a.dtype))
+                        dtype = check_dtype(a.dtype, f"argument {i}")
+                        x = bind("input", [], index=k, shape=a.shape, dtype=dtype)
                         g.inputs.append(x.node)
                         in_leaf_pos.setdefault(i, []).append(k)
                         k += 1

@@ -67,3 +67,29 @@ def top_level(treedef):
     if treedef != _LEAF and treedef[0] in ("tuple", "list"):
         return list(treedef[2])
     return [treedef]
+
+
+def unflattener(treedef):
+    """A function leaves -> tree for one treedef, generated once: rebuilding results is per-call work."""
+    consts = []
+
+    def expr(td, counter):
+        if td == _LEAF:
+            counter[0] += 1
+            return f"o[{counter[0] - 1}]"
+        kind = td[0]
+        if kind == "none":
+            return "None"
+        if kind == "dict":
+            consts.extend(td[1])
+            base = len(consts) - len(td[1])
+            return "{" + ", ".join(f"c[{base + i}]: {expr(ch, counter)}" for i, ch in enumerate(td[2])) + "}"
+        items = [expr(ch, counter) for ch in td[2]]
+        if kind == "namedtuple":
+            consts.append(td[1])
+            return f"c[{len(consts) - 1}](" + ", ".join(items) + ")"
+        body = ", ".join(items)
+        return f"({body},)" if kind == "tuple" and len(items) == 1 else f"({body})" if kind == "tuple" else f"[{body}]"
+
+    source = expr(treedef, [0])
+    return eval(f"lambda o: {source}", {"c": consts})
