@@ -32,6 +32,9 @@ def _lift_pair(a, b):
 
 
 def _promote(xs, floating=False):
+    first = xs[0].dtype
+    if all(x.dtype == first for x in xs) and (first in P.FLOATS or not floating):
+        return xs
     dtype = str(np.result_type(*[np.dtype(x.dtype) for x in xs]))
     if floating and dtype not in P.FLOATS:
         dtype = "float64"
@@ -120,6 +123,8 @@ def where(cond, a, b):
 
 def astype(x, dtype):
     x = lift(x)
+    if dtype == x.dtype:
+        return x
     dtype = check_dtype(np.dtype(dtype), "astype target")
     return x if x.dtype == dtype else bind("convert", [x], dtype=dtype)
 

@@ -21,12 +21,22 @@ _OWN_DIRS = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in (
 _state = threading.local()
 
 
+_own_file = {}
+
+
+def _is_own(filename):
+    own = _own_file.get(filename)
+    if own is None:
+        name = os.path.abspath(filename)
+        own = _own_file[filename] = name.startswith(_OWN_DIRS) or f"{os.sep}numpy{os.sep}" in name
+    return own
+
+
 def user_src():
     """'file:line' of the innermost frame outside burjit (and outside numpy)."""
     f = sys._getframe(1)
     while f is not None:
-        name = os.path.abspath(f.f_code.co_filename)
-        if not name.startswith(_OWN_DIRS) and f"{os.sep}numpy{os.sep}" not in name:
+        if not _is_own(f.f_code.co_filename):
             return f"{f.f_code.co_filename}:{f.f_lineno}"
         f = f.f_back
     return "<unknown>"
