@@ -9,7 +9,7 @@ Public API:
 """
 
 from . import ops
-from . import ops as numpy
+from . import numpy
 from . import reference
 from . import nn, optim
 from .autodiff import grad, value_and_grad

@@ -123,8 +123,22 @@ class Tracer:
     """A traced array. Supports numpy's operators; see burjit.ops for the functions."""
 
     __slots__ = ("trace", "node", "shape", "dtype")
-    __array_ufunc__ = None  # numpy defers to our reflected operators: np_array * tracer works
     __hash__ = object.__hash__
+
+    # numpy functions called on tracers (np.exp(x), np_array * x, np.sum(x)) trace like burjit.ops.
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        fn = getattr(_F, _UFUNCS.get(ufunc.__name__, ""), None)
+        if method != "__call__" or kwargs or fn is None:
+            raise TracingError(f"{describe(user_src())}\n  numpy.{ufunc.__name__}.{method} is not supported "
+                               "on traced values; use burjit.ops")
+        return fn(*inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        fn = getattr(_F, _FUNCTIONS.get(func.__name__, ""), None)
+        if fn is None:
+            raise TracingError(f"{describe(user_src())}\n  numpy.{func.__name__} is not supported on traced "
+                               "values; use burjit.ops")
+        return fn(*args, **kwargs)
 
     def __init__(self, trace, node, shape, dtype):
         self.trace, self.node, self.shape, self.dtype = trace, node, shape, dtype
@@ -212,5 +226,14 @@ class Tracer:
     def relu(self): return _F.relu(self)
     def sigmoid(self): return _F.sigmoid(self)
 
+
+_UFUNCS = {n: n for n in ("add", "subtract", "multiply", "divide", "power", "negative", "exp", "log", "tanh",
+                           "sqrt", "square", "sign", "maximum", "minimum", "less", "less_equal", "greater",
+                           "greater_equal", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
+                           "matmul")}
+_UFUNCS.update(true_divide="divide", absolute="abs", float_power="power")
+_FUNCTIONS = {n: n for n in ("sum", "mean", "max", "min", "where", "concatenate", "transpose", "reshape",
+                             "broadcast_to", "take", "matmul", "exp", "log", "tanh", "sqrt", "abs")}
+_FUNCTIONS.update(amax="max", amin="min")
 
 from . import ops as _F  # noqa: E402  (ops builds on Tracer; Tracer's operators call into ops)

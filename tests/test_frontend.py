@@ -275,3 +275,25 @@ def test_scalar_mlp_micrograd_style(backend):
         params, value = step(params)
         losses.append(float(value))
     assert losses[-1] < 0.8 * losses[0]
+
+
+def test_numpy_functions_on_tracers_trace(backend):
+    @burjit.compile(backend=backend)
+    def f(x):
+        return np.exp(x) + np.ones(2) * x, np.sum(x, axis=0), np.maximum(x, 0.5)
+
+    x = np.array([0.0, 1.0])
+    a, s, m = f(x)
+    np.testing.assert_allclose(a, np.exp(x) + x)
+    assert float(s) == 1.0
+    np.testing.assert_allclose(m, [0.5, 1.0])
+
+
+def test_unsupported_numpy_function_is_a_clear_error():
+    with pytest.raises(burjit.TracingError, match="numpy.sort"):
+        burjit.compile(lambda x: np.sort(x))(np.ones(3))
+
+
+def test_burjit_numpy_module():
+    import burjit.numpy as bnp
+    assert bnp.softmax is F.softmax
