@@ -1,0 +1,162 @@
+"""Every layer, the GPT included, against a plain numpy twin: forward values and gradients.
+
+Gradients are checked with the probe sum(layer(p, x) * w) for random weights w: for every
+parameter leaf (and a float input), burjit's gradient dotted with a random direction must
+equal the central finite difference of the numpy twin along that direction (float64). The
+twins are written independently of burjit.nn (np.split for q/k/v, a -inf tril mask, numpy
+fancy indexing for embeddings), so a shared mistake is unlikely.
+"""
+
+import functools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import burjit
+from burjit import nn
+from burjit import ops as F
+
+
+# -- numpy twins ------------------------------------------------------------------------------
+
+def np_linear(p, x):
+    return x @ p["w"] + p["b"] if "b" in p else x @ p["w"]
+
+
+def np_layernorm(p, x, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * p["g"] + p["b"]
+
+
+def np_gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def np_attention(p, x, n_head):
+    B, T, C = x.shape
+    heads = [a.reshape(B, T, n_head, C // n_head).transpose(0, 2, 1, 3)
+             for a in np.split(np_linear(p["qkv"], x), 3, axis=-1)]
+    q, k, v = heads
+    att = q @ k.transpose(0, 1, 3, 2) / np.sqrt(C // n_head)
+    att = np.where(np.tril(np.ones((T, T), bool)), att, -np.inf)
+    y = (np_softmax(att) @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
+    return np_linear(p["proj"], y)
+
+
+def np_mlp(p, x):
+    return np_linear(p["proj"], np_gelu(np_linear(p["fc"], x)))
+
+
+def np_block(p, x, n_head):
+    x = x + np_attention(p["attn"], np_layernorm(p["ln1"], x), n_head)
+    return x + np_mlp(p["mlp"], np_layernorm(p["ln2"], x))
+
+
+def np_gpt(p, idx, n_head):
+    x = p["wte"]["w"][idx] + p["wpe"]["w"][:idx.shape[-1]]
+    for bp in p["blocks"]:
+        x = np_block(bp, x, n_head)
+    return np_linear(p["head"], np_layernorm(p["ln_f"], x))
+
+
+# kind: (layer from a hashable config, numpy twin taking that config, input maker)
+LAYERS = {
+    "linear": (lambda n_in, n_out, bias: nn.Linear(n_in, n_out, bias, dtype="float64"),
+               lambda cfg, p, x: np_linear(p, x)),
+    "embedding": (lambda num, dim: nn.Embedding(num, dim, std=1.0, dtype="float64"),
+                  lambda cfg, p, idx: p["w"][idx]),
+    "layernorm": (lambda dim: nn.LayerNorm(dim, dtype="float64"), lambda cfg, p, x: np_layernorm(p, x)),
+    "attention": (lambda d, h: nn.CausalSelfAttention(d, h, dtype="float64"),
+                  lambda cfg, p, x: np_attention(p, x, cfg[1])),
+    "mlp": (lambda d: nn.MLP(d, dtype="float64"), lambda cfg, p, x: np_mlp(p, x)),
+    "block": (lambda d, h: nn.Block(d, h, dtype="float64"), lambda cfg, p, x: np_block(p, x, cfg[1])),
+    "gpt": (lambda v, t, n_layer, h, d: nn.GPT(v, t, n_layer, h, d, dtype="float64"),
+            lambda cfg, p, idx: np_gpt(p, idx, cfg[3])),
+}
+
+# A few configs and input shapes per kind, so a compiling backend builds only a few programs.
+CASES = {
+    "linear": [((3, 2, True), (4, 3)), ((2, 1, False), (2, 3, 2)), ((1, 2, True), (1,))],
+    "embedding": [((5, 3), (4,)), ((3, 2), (2, 3))],
+    "layernorm": [((3,), (2, 3)), ((4,), (2, 2, 4))],
+    "attention": [((4, 2), (2, 3, 4)), ((2, 1), (1, 1, 2))],
+    "mlp": [((2,), (3, 2))],
+    "block": [((4, 2), (1, 3, 4))],
+    "gpt": [((7, 4, 2, 2, 8), (2, 3))],
+}
+
+
+@functools.cache
+def _probe(kind, backend):
+    """Compiled (probe loss, grads) for one layer kind; the config is static."""
+    make = LAYERS[kind][0]
+
+    def run(cfg, p, x, w):
+        layer = make(*cfg)
+        if x.dtype.startswith("int"):
+            return burjit.value_and_grad(lambda p: F.sum(layer(p, x) * w))(p), None
+        (loss, (gp, gx)) = burjit.value_and_grad(lambda p, x: F.sum(layer(p, x) * w), (0, 1))(p, x)
+        return (loss, gp), gx
+    return burjit.compile(run, backend=backend, static_argnums=0)
+
+
+def _fd_check(f, x, g, rng, eps=1e-6):
+    """<g, d> equals the central difference of f along a random direction d."""
+    d = rng.standard_normal(x.shape)
+    fd = (f(x + eps * d) - f(x - eps * d)) / (2 * eps)
+    np.testing.assert_allclose(np.sum(g * d), fd, rtol=1e-5, atol=1e-7)
+
+
+def _check_layer(kind, case, seed, backend):
+    (cfg, x_shape), rng = CASES[kind][case], np.random.default_rng(seed)
+    make, twin = LAYERS[kind]
+    p = make(*cfg).init(seed)
+    # Random (not init-default) values everywhere, so zero biases or unit gains hide nothing.
+    p = burjit.pytree.tree_map(lambda a: rng.standard_normal(a.shape), p)
+    x = rng.integers(0, cfg[0], x_shape) if kind in ("embedding", "gpt") else rng.standard_normal(x_shape)
+    out = twin(cfg, p, x)
+    w = rng.standard_normal(out.shape)
+    (loss, gp), gx = _probe(kind, backend)(cfg, p, x, w)
+    np.testing.assert_allclose(loss, np.sum(out * w), rtol=1e-9, atol=1e-9)
+
+    leaves, td = burjit.pytree.flatten(p)
+    for i, (leaf, g) in enumerate(zip(leaves, burjit.pytree.flatten(gp)[0])):
+        def f(v, i=i):
+            return np.sum(twin(cfg, burjit.pytree.unflatten(td, leaves[:i] + [v] + leaves[i + 1:]), x) * w)
+        _fd_check(f, leaf, g, rng)
+    if gx is not None:
+        _fd_check(lambda v: np.sum(twin(cfg, p, v) * w), x, gx, rng)
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+def test_layer_matches_numpy_twin_and_finite_differences(kind, backend):
+    @given(case=st.integers(0, len(CASES[kind]) - 1), seed=st.integers(0, 2 ** 32 - 1))
+    def check(case, seed):
+        _check_layer(kind, case, seed, backend)
+    check()
+
+
+def test_init_is_deterministic_per_seed():
+    m = nn.GPT(11, 8, n_layer=1, n_head=2, d_model=8)
+    a, b, c = m.init(3), m.init(3), m.init(4)
+    eq = [np.array_equal(x, y) for x, y in zip(burjit.pytree.flatten(a)[0], burjit.pytree.flatten(b)[0])]
+    assert all(eq)
+    assert not np.array_equal(a["wte"]["w"], c["wte"]["w"])
+    assert all(x.dtype == np.float32 for x in burjit.pytree.flatten(a)[0])
+
+
+def test_bad_configs_fail_clearly():
+    with pytest.raises(ValueError, match="divisible"):
+        nn.CausalSelfAttention(6, 4)
+    m = nn.GPT(5, 4, n_layer=1, n_head=1, d_model=4)
+    step = burjit.compile(m, backend="reference")
+    with pytest.raises(ValueError, match="block_size"):
+        step(m.init(0), np.zeros((1, 5), np.int64))
