@@ -17,7 +17,7 @@ from . import pytree
 from .ops import cross_entropy, mse
 
 __all__ = ["Linear", "Embedding", "LayerNorm", "CausalSelfAttention", "MLP", "Block", "GPT",
-           "cross_entropy", "mse", "save", "load"]
+           "cross_entropy", "mse", "save", "load", "load_meta"]
 
 
 def _rng(seed):
@@ -149,7 +149,7 @@ class GPT:
         proj_std = (2 * n_layer * d_model) ** -0.5
         self.blocks = [Block(d_model, n_head, proj_std, dtype) for _ in range(n_layer)]
         self.ln_f = LayerNorm(d_model, dtype=dtype)
-        self.head = Linear(d_model, vocab_size, bias=False, dtype=dtype)
+        self.head = Linear(d_model, vocab_size, bias=False, std=0.02, dtype=dtype)  # near-uniform start
 
     def init(self, seed):
         rng = _rng(seed)
@@ -193,14 +193,17 @@ def save(path, tree, meta=None):
     np.savez(path, __meta__=np.array(json.dumps(meta or {})), **arrays)
 
 
+def load_meta(path):
+    """Only the `meta` that save stored: enough to rebuild the model before loading its arrays."""
+    return _read(path)[1]
+
+
 def load(path, like):
     """Read what `save` wrote into a pytree shaped like `like`, checking every name, shape and dtype.
 
     Returns (tree, meta). The template makes a stale or foreign file fail loudly, not half-load.
     """
-    with np.load(path, allow_pickle=False) as z:
-        stored = {k: z[k] for k in z.files}
-    meta = json.loads(str(stored.pop("__meta__", "{}")))
+    stored, meta = _read(path)
     named = _named_leaves(like)
     want = {name for name, _ in named}
     if set(stored) != want:
@@ -211,3 +214,9 @@ def load(path, like):
         if a.shape != b.shape or a.dtype != b.dtype:
             raise ValueError(f"{path}: {name} is {a.shape} {a.dtype}, the model wants {b.shape} {b.dtype}")
     return pytree.unflatten(pytree.flatten(like)[1], [stored[name] for name, _ in named]), meta
+
+
+def _read(path):
+    with np.load(path, allow_pickle=False) as z:
+        stored = {k: z[k] for k in z.files}
+    return stored, json.loads(str(stored.pop("__meta__", "{}")))
