@@ -91,7 +91,7 @@ class CausalSelfAttention:
         qkv = self.qkv(p["qkv"], x)
         q, k, v = (F.transpose(F.reshape(qkv[:, :, i * C:(i + 1) * C], (B, T, H, hd)), (0, 2, 1, 3))
                    for i in range(3))
-        att = (q @ F.transpose(k, (0, 1, 3, 2))) * (1.0 / math.sqrt(hd))
+        att = (q * (1.0 / math.sqrt(hd))) @ F.transpose(k, (0, 1, 3, 2))  # scale the smaller tensor
         row = F.reshape(F.arange(T), (T, 1))
         col = F.reshape(F.arange(T), (1, T))
         att = F.softmax(F.where(col <= row, att, -1e9), -1)  # finite fill: no inf - inf in softmax

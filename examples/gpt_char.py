@@ -117,7 +117,6 @@ def sample(model, params, vocab, prompt, n, temperature, rng, backend):
 def main(argv=None):
     args = parse_args(argv)
     text = load_text(args.data)
-    rng = np.random.default_rng(args.seed)
     meta = {"vocab": "".join(sorted(set(text))), "step": 0,
             "config": {k: getattr(args, k) for k in MODEL_FLAGS}}
     if args.resume:
@@ -150,6 +149,7 @@ def main(argv=None):
           f"backend {args.backend or burjit.jit.default_backend()}")
 
     step = make_step(model, opt, args.clip, args.backend)
+    rng = np.random.default_rng([args.seed, meta["step"]])  # a resumed run draws new batches
     data_iter = batches(train, args.batch_size, cfg["block_size"], rng)
     done, t0, first = 0, None, None
     try:
