@@ -165,7 +165,7 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("\ninterrupted: saving what was trained")
     if done:
-        meta["step"] += done
+        meta["step"] = int(state["step"])  # the optimizer's own count stays right after a Ctrl-C
         nn.save(args.checkpoint, (params, state), meta)
         ms = 1e3 * (time.perf_counter() - t0) / max(done - 1, 1)
         print(f"steps {meta['step']}: loss {first:.3f} -> {loss:.3f}, {ms:.1f} ms/step after compile; "
