@@ -5,17 +5,32 @@ The lowering contract (read by codegen): graph.meta["memory"] is a MemoryPlan wh
     ("arena", offset)   bytes [offset, offset + nbytes) of the one workspace arena
     ("input", k)        the caller's k-th input buffer (input nodes; donated in-place updates)
     ("output", j)       the caller's j-th output buffer, written in place
-    ("view", node)      the same bytes as another node (a reshape of a contiguous value)
+    ("view", node)      the same bytes as `node` (a reshape of a contiguous value); `node`
+                        is never itself a view and has an arena, input or output location
 Nodes without a location are never materialised: values inside a fused group, and sources
 that codegen inlines (const, iota) or emits as globals (literal). After the last kernel,
-codegen copies output j from location[graph.outputs[j]] into its destination (the donated
-input graph.aliases[j], else output buffer j) unless it already lives there.
-Offsets are multiples of ALIGN bytes.
+codegen copies output j from location[graph.outputs[j]] (a source output: from its value)
+into its destination (the donated input graph.aliases[j], else output buffer j) unless it
+already lives there. Offsets are multiples of ALIGN bytes.
+
+An in-place update: a node at ("input", k) is written into the donated input k while the
+old value of input k may still be read by the writing kernel itself, elementwise at the same
+index (loads before stores in one iteration, see fusion). Every other reader of the old value
+runs earlier. Codegen must therefore check anything that can fail (gather indices) before the
+first kernel writes, so a failing step leaves the caller's buffers untouched.
+
+`plan` reuses memory: liveness intervals over the schedule, then greedy-by-size placement
+(largest first, each at the best-fitting gap among the buffers live at the same time, as in
+TFLite's arena planner). `naive` gives every value its own slot: the switched-off version.
 """
 
 from dataclasses import dataclass, field
 
-from .schedule import SOURCES
+import numpy as np
+
+from burjit import primitives as P
+
+from . import schedule as S
 
 ALIGN = 64
 
@@ -24,8 +39,8 @@ ALIGN = 64
 class MemoryPlan:
     location: dict = field(default_factory=dict)
     arena_bytes: int = 0
-    lower_bound: int = None  # most arena bytes live at once in this schedule (None: not computed)
-    naive_bytes: int = 0   # the sum of all arena values, as if none were reused
+    lower_bound: int = None  # most arena bytes (aligned) live at once in this schedule
+    naive_bytes: int = 0   # every intermediate in its own buffer: an executor without fusion or reuse
 
     def report(self):
         return {"arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound,
@@ -37,29 +52,148 @@ def _align(n):
 
 
 def materialised(graph):
-    """Nodes whose value leaves its group: used by another group, or a graph output."""
+    """Nodes whose value is stored: read by another group, a graph output, or a kernel's
+    result that is not computed per index (a matmul, reduction, shape op...) even if unused."""
     group_of = {n: i for i, g in enumerate(graph.meta["schedule"]) for n in g}
     outs = set(graph.outputs)
-    return [n for g in graph.meta["schedule"] for n in g
-            if n in outs or any(group_of.get(u) != group_of[n] for u in graph.users(n))]
+    out = []
+    for g in graph.meta["schedule"]:
+        for n in g:
+            inside = [group_of.get(u) == group_of[n] for u in graph.users(n)]
+            if n in outs or not all(inside) or (not inside and P.PRIMITIVES[graph[n]["op"]].kind != "elementwise"):
+                out.append(n)
+    return out
 
 
 def naive(graph):
     """Every materialised value in its own arena slot; outputs straight into caller buffers."""
-    graph = graph.copy()
+    graph = _scheduled(graph)
+    plan = _start(graph)
+    offset = 0
+    for n in materialised(graph):
+        if not _to_output(graph, plan, n):
+            plan.location[n] = ("arena", offset)
+            offset += _align(graph.nbytes(n))
+    return _finish(graph, plan, offset)
+
+
+def plan(graph):
+    """Views for reshapes, in-place donated updates, outputs into caller buffers, and a reused arena."""
+    graph = _scheduled(graph)
+    plan = _start(graph)
+    values = materialised(graph)
+    for n in values:
+        root = _root(graph, plan, n)
+        if root is not None:
+            plan.location[n] = ("view", root)
+    _place_in_place(graph, plan)
+    arena = [n for n in values if n not in plan.location and not _to_output(graph, plan, n)]
+    return _finish(graph, plan, _place(plan, _live(graph, plan, arena)))
+
+
+# -- shared steps ------------------------------------------------------------------------------
+
+def _scheduled(graph):
+    graph = graph if "schedule" in graph.meta else S.topological(graph)
+    return graph.copy()
+
+
+def _start(graph):
     plan = MemoryPlan()
     for k, n in enumerate(graph.inputs):
         plan.location[n] = ("input", k)
-    first_output = {}
-    for j, n in enumerate(graph.outputs):
-        first_output.setdefault(n, j)
-    offset = 0
-    for n in materialised(graph):
-        if n in first_output and graph[n]["op"] not in SOURCES and first_output[n] not in graph.aliases:
-            plan.location[n] = ("output", first_output[n])
-        else:
-            plan.location[n] = ("arena", offset)
-            offset += _align(graph.nbytes(n))
-    plan.arena_bytes = plan.naive_bytes = offset
+    return plan
+
+
+def _to_output(graph, plan, n):
+    """Put n in the first output buffer that returns it undonated; False if there is none."""
+    j = next((j for j, o in enumerate(graph.outputs) if o == n and j not in graph.aliases), None)
+    if j is None or graph[n]["op"] in S.SOURCES:
+        return False
+    plan.location[n] = ("output", j)
+    return True
+
+
+def _finish(graph, plan, arena_bytes):
+    plan.arena_bytes = arena_bytes
+    plan.lower_bound = lower_bound(_live(graph, plan, [n for n, loc in plan.location.items() if loc[0] == "arena"]))
+    plan.naive_bytes = sum(_align(graph.nbytes(n)) for n in graph.nx.nodes if graph[n]["op"] not in S.SOURCES)
     graph.meta["memory"] = plan
     return graph
+
+
+def _readers(graph, plan, n):
+    """Nodes reading n's bytes, directly or through views of n."""
+    return S.value_readers(graph, n, lambda u: plan.location.get(u, ("",))[0] == "view")
+
+
+# -- views and in-place updates ------------------------------------------------------------------
+
+def _root(graph, plan, n):
+    """The node whose bytes reshape n can share, or None."""
+    if graph[n]["op"] != "reshape":
+        return None
+    o = graph.operands(n)[0]
+    loc = plan.location.get(o)
+    if loc is not None and loc[0] == "view":
+        return loc[1]
+    return o if graph[o]["op"] not in S.SOURCES or graph[o]["op"] == "input" else None
+
+
+def _place_in_place(graph, plan):
+    """Write donated outputs straight into their input's buffer where no later kernel needs the old value."""
+    time = {n: t for t, g in enumerate(graph.meta["schedule"]) for n in g}
+    outs = set(graph.outputs)
+    for j, k in sorted(graph.aliases.items()):
+        n, old = graph.outputs[j], graph.inputs[k]
+        if n not in time or n in plan.location:
+            continue
+        if old in outs or any(loc == ("view", old) and v in outs for v, loc in plan.location.items()):
+            continue  # the old value is itself returned
+        w = time[n]
+        if all(time[u] < w or (time[u] == w and P.PRIMITIVES[graph[u]["op"]].kind == "elementwise")
+               for u in _readers(graph, plan, old)):
+            plan.location[n] = ("input", k)
+
+
+# -- liveness and placement ----------------------------------------------------------------------
+
+def _live(graph, plan, values):
+    """(first, last, bytes, node) per value: the inclusive schedule steps its bytes must survive."""
+    time = {n: t for t, g in enumerate(graph.meta["schedule"]) for n in g}
+    end = len(graph.meta["schedule"])  # outputs are copied out after the last kernel
+    outs = set(graph.outputs)
+    returned = outs | {loc[1] for v, loc in plan.location.items() if loc[0] == "view" and v in outs}
+    spans = []
+    for n in values:
+        last = end if n in returned else max([time[u] for u in _readers(graph, plan, n)], default=time[n])
+        spans.append((time[n], max(last, time[n]), _align(graph.nbytes(n)), n))
+    return spans
+
+
+def lower_bound(spans):
+    """Most bytes live at one schedule step: no arena for this schedule can be smaller."""
+    if not spans:
+        return 0
+    delta = np.zeros(max(e for _, e, _, _ in spans) + 2, dtype=np.int64)
+    for s, e, b, _ in spans:
+        delta[s] += b
+        delta[e + 1] -= b
+    return int(np.cumsum(delta).max())
+
+
+def _place(plan, spans):
+    """Greedy by size: largest first, into the tightest gap among time-overlapping buffers."""
+    placed, top = [], 0
+    for s, e, b, n in sorted(spans, key=lambda x: (-x[2], x[0], x[3])):
+        busy = sorted((lo, hi) for lo, hi, ps, pe in placed if ps <= e and s <= pe)
+        best, cursor = None, 0
+        for lo, hi in busy:
+            if lo - cursor >= b and (best is None or lo - cursor < best[1]):
+                best = (cursor, lo - cursor)
+            cursor = max(cursor, hi)
+        offset = best[0] if best else cursor
+        placed.append((offset, offset + b, s, e))
+        plan.location[n] = ("arena", offset)
+        top = max(top, offset + b)
+    return top

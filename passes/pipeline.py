@@ -6,16 +6,18 @@
 
 import os
 
-from . import memplan, schedule
+from . import fusion, memplan, schedule, simplify
 
-PASSES = {}  # name -> Graph -> Graph, in pipeline order
+# name -> Graph -> Graph, in pipeline order
+PASSES = {"simplify": simplify.simplify, "fuse": fusion.fuse, "schedule": schedule.schedule,
+          "memplan": memplan.plan}
 DEFAULT = tuple(PASSES)
 
 
 def prepare(graph):
     """Fill in what codegen needs when the passes that make it were switched off."""
     if "schedule" not in graph.meta:
-        graph = schedule.schedule(graph)
+        graph = schedule.topological(graph)
     if "memory" not in graph.meta:
         graph = memplan.naive(graph)
     return graph

@@ -7,7 +7,18 @@ Every node except 'input', 'const', 'iota' and 'literal' sits in exactly one gro
 source nodes are never scheduled: codegen inlines const/iota at each use and emits literals
 as global constants. Groups come from the fusion pass (graph.meta["groups"]) or, without
 it, are one node each.
+
+`schedule` orders the groups greedily by memory: among the kernels whose operands are
+ready it runs the one that frees the most bytes net of what it allocates (ties: program
+order), so activations die soon after their last use. An in-place parameter update (see
+memplan) needs every other reader of the old value to run first; those orders are added as
+extra dependencies when they do not contradict the data flow. `topological` is the plain
+order, used when this pass is switched off.
 """
+
+import heapq
+
+import networkx as nx
 
 SOURCES = ("input", "const", "iota", "literal")
 
@@ -17,8 +28,92 @@ def unfused_groups(graph):
     return [(n,) for n in graph.topo() if graph[n]["op"] not in SOURCES]
 
 
-def schedule(graph):
+def value_readers(graph, n, is_view=lambda u: False):
+    """Nodes that read n's bytes: its users, where a view of n stands for the view's own readers."""
+    out = []
+    for u in graph.users(n):
+        out.extend(value_readers(graph, u, is_view) if is_view(u) else [u])
+    return out
+
+
+def topological(graph):
     graph = graph.copy()
     groups = graph.meta.get("groups") or unfused_groups(graph)
     graph.meta["schedule"] = [tuple(g) for g in groups]
+    graph.meta.pop("memory", None)
     return graph
+
+
+def schedule(graph):
+    graph = topological(graph)
+    groups = graph.meta["schedule"]
+    group_of = {n: i for i, grp in enumerate(groups) for n in grp}
+    deps = _dependencies(graph, groups, group_of)
+    graph.meta["schedule"] = [groups[i] for i in _greedy(graph, groups, group_of, deps)]
+    return graph
+
+
+def _dependencies(graph, groups, group_of):
+    """Group DAG: data edges, plus 'old value read before in-place write' edges where acyclic."""
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(groups)))
+    for i, grp in enumerate(groups):
+        for n in grp:
+            dag.add_edges_from((group_of[o], i) for o in graph.operands(n) if o in group_of and group_of[o] != i)
+    for j, k in sorted(graph.aliases.items()):
+        writer = group_of.get(graph.outputs[j])
+        if writer is None:
+            continue
+        extra = [(group_of[u], writer) for u in value_readers(graph, graph.inputs[k], lambda u: graph[u]["op"] == "reshape")
+                 if group_of[u] != writer]
+        trial = dag.copy()
+        trial.add_edges_from(extra)
+        if nx.is_directed_acyclic_graph(trial):
+            dag = trial
+    return dag
+
+
+def _greedy(graph, groups, group_of, dag):
+    outputs = set(graph.outputs)
+    # Bytes a group allocates (its values read elsewhere), and per value the groups reading it.
+    readers = {}
+    alloc = [0] * len(groups)
+    for i, grp in enumerate(groups):
+        for n in grp:
+            rs = {group_of[u] for u in graph.users(n)} - {i}
+            if rs or n in outputs:
+                alloc[i] += graph.nbytes(n)
+            if rs and n not in outputs:
+                readers[n] = rs
+    reads = [set() for _ in groups]
+    for n, rs in readers.items():
+        for r in rs:
+            reads[r].add(n)
+    left = {n: len(rs) for n, rs in readers.items()}
+
+    def gain(i):
+        return sum(graph.nbytes(n) for n in reads[i] if left[n] == 1) - alloc[i]
+
+    waiting = {i: dag.in_degree(i) for i in dag}
+    heap = [(-gain(i), i) for i, d in waiting.items() if d == 0]
+    heapq.heapify(heap)
+    ready, done, order = {i for _, i in heap}, set(), []
+    while heap:
+        score, i = heapq.heappop(heap)
+        if i in done or -score != gain(i):
+            continue  # stale entry; a fresh one was pushed when its gain changed
+        done.add(i)
+        order.append(i)
+        for n in reads[i]:
+            left[n] -= 1
+            if left[n] == 1:
+                last = next(r for r in readers[n] if r not in done)
+                if last in ready:
+                    heapq.heappush(heap, (-gain(last), last))
+        for s in dag.successors(i):
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                ready.add(s)
+                heapq.heappush(heap, (-gain(s), s))
+    assert len(order) == len(groups), "group graph has a cycle"
+    return order

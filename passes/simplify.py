@@ -1,0 +1,148 @@
+"""Simplify: algebraic identities, constant folding, CSE, then DCE, in one topological sweep.
+
+Why one sweep: operands are final before their users are visited, so each rewrite sees
+already-simplified operands and the whole pass stays near-linear (100k-node scalar graphs).
+Rewrites change the copied node in place (same id, new op/attrs/operands) or forward its
+uses to an existing node; no node is ever created, so ids stay stable for debugging.
+
+Kept intact: graph.inputs (even unused ones) and the positions of graph.outputs.
+"""
+
+import numpy as np
+
+from burjit import primitives as P
+from burjit.graph import Literal
+
+from .schedule import SOURCES
+
+# Foldable results bigger than this stay computed (a literal is memory the step must read).
+FOLD_LIMIT_BYTES = 1 << 16
+_IDENTITY_OPS = ("id", "stop_gradient")  # after autodiff these are plain copies
+_MOVES = ("broadcast_to", "reshape", "transpose", "slice")  # a uniform operand stays uniform
+_CONST_SOURCES = ("const", "literal", "iota")
+
+
+def simplify(graph):
+    graph = graph.copy()
+    for key in ("groups", "schedule", "memory"):
+        graph.meta.pop(key, None)
+    seen = {}
+    for n in graph.topo():
+        if graph[n]["op"] == "input":
+            continue
+        target = _rewrite(graph, n)
+        if target is None:
+            key = _cse_key(graph, n)
+            target = seen.setdefault(key, n) if key is not None else n
+        if target != n:
+            graph.replace_all_uses(n, target)
+    return dce(graph)
+
+
+def dce(graph):
+    """Drop every node no output depends on; inputs stay (their positions are the signature)."""
+    graph = graph.copy()
+    live, stack = set(graph.inputs), list(graph.outputs)
+    while stack:
+        n = stack.pop()
+        if n not in live:
+            live.add(n)
+            stack.extend(graph.operands(n))
+    graph.nx.remove_nodes_from([n for n in list(graph.nx.nodes) if n not in live])
+    return graph
+
+
+# -- rewrites: return the node that replaces n, or None to keep n (possibly changed in place) --
+
+def _rewrite(g, n):
+    a = g[n]
+    op, xs = a["op"], g.operands(n)
+    if op in _IDENTITY_OPS or (op == "convert" and g[xs[0]]["dtype"] == a["dtype"]):
+        return xs[0]
+    if op in _MOVES and g[xs[0]]["shape"] == a["shape"] and _is_noop_move(a):
+        return xs[0]
+    if xs and all(g[x]["op"] in _CONST_SOURCES for x in xs):
+        _fold(g, n)
+        return None
+    if op == "neg" and g[xs[0]]["op"] == "neg":
+        return g.operands(xs[0])[0]
+    if op in ("add", "sub", "mul", "div"):
+        return _neutral(g, op, xs)
+    if op in ("broadcast_to", "reshape") and g[xs[0]]["op"] == op:
+        g.set_operand(n, 0, g.operands(xs[0])[0])
+        return _rewrite(g, n)
+    if op == "transpose" and g[xs[0]]["op"] == "transpose":
+        inner = g[xs[0]]["attrs"]["perm"]
+        a["attrs"]["perm"] = tuple(inner[p] for p in a["attrs"]["perm"])
+        g.set_operand(n, 0, g.operands(xs[0])[0])
+        return _rewrite(g, n)
+    return None
+
+
+def _is_noop_move(a):
+    """True for a same-shape move that keeps every element in place."""
+    at = a["attrs"]
+    if a["op"] == "transpose":
+        return tuple(at["perm"]) == tuple(range(len(at["perm"])))
+    if a["op"] == "slice":
+        return all(s == 0 for s in at["starts"]) and all(s == 1 for s in at["steps"])
+    return True
+
+
+def _neutral(g, op, xs):
+    """x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1  ->  x."""
+    unit = 1 if op in ("mul", "div") else 0
+    right = _const_value(g, xs[1])
+    if right is not None and right == unit:
+        return xs[0]
+    left = _const_value(g, xs[0])
+    if op in ("add", "mul") and left is not None and left == unit:
+        return xs[1]
+    return None
+
+
+def _const_value(g, n):
+    a = g[n]
+    return a["attrs"]["value"] if a["op"] == "const" and not isinstance(a["attrs"]["value"], bool) else None
+
+
+def _fold(g, n):
+    """Evaluate n from constant operands; a uniform result becomes `const`, else a small `literal`."""
+    a = g[n]
+    xs = g.operands(n)
+    prim = P.PRIMITIVES[a["op"]]
+    if all(g[x]["op"] == "const" for x in xs) and (prim.kind == "elementwise" or a["op"] in _MOVES):
+        scalars = [np.asarray(g[x]["attrs"]["value"], dtype=g[x]["dtype"]) for x in xs]
+        with np.errstate(all="ignore"):
+            value = prim.ref(*scalars, **a["attrs"]) if prim.kind == "elementwise" else scalars[0]
+        return _become(g, n, "const", value=np.asarray(value, dtype=a["dtype"]).item(), shape=a["shape"],
+                       dtype=a["dtype"])
+    if max(g.nbytes(m) for m in xs + [n]) > FOLD_LIMIT_BYTES or a["op"] in ("broadcast_to", "pad"):
+        return None  # folding would only turn cheap index arithmetic into stored bytes
+    vals = [P.PRIMITIVES[g[x]["op"]].ref(**g[x]["attrs"]) for x in xs]
+    try:
+        with np.errstate(all="ignore"):
+            value = np.asarray(prim.ref(*vals, **a["attrs"]), dtype=a["dtype"])
+    except IndexError:
+        return None  # an out-of-range gather raises at run time, not at compile time
+    if value.size and value.tobytes() == np.full_like(value, value.flat[0]).tobytes():
+        return _become(g, n, "const", value=value.flat[0].item(), shape=a["shape"], dtype=a["dtype"])
+    return _become(g, n, "literal", value=Literal(value))
+
+
+def _become(g, n, op, **attrs):
+    for x, _, k in list(g.nx.in_edges(n, keys=True)):
+        g.nx.remove_edge(x, n, key=k)
+    g[n]["op"], g[n]["attrs"] = op, attrs
+
+
+def _cse_key(g, n):
+    a = g[n]
+    try:
+        key = (a["op"], a["dtype"], a["shape"], tuple(sorted(a["attrs"].items())), tuple(g.operands(n)))
+        hash(key)
+    except TypeError:
+        return None
+    if a["op"] == "const" and a["attrs"]["value"] != a["attrs"]["value"]:
+        return None  # NaN: equal keys would not compare equal anyway
+    return key
