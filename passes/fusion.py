@@ -23,6 +23,8 @@ the kernel graph is acyclic by construction, and the pass is linear in the graph
 A 0-d (scalar) program without barriers is a single straight-line kernel.
 """
 
+import networkx as nx
+
 from burjit import primitives as P
 
 from .schedule import SOURCES
@@ -34,7 +36,9 @@ def fuse(graph):
     graph = graph.copy()
     for key in ("schedule", "memory"):
         graph.meta.pop(key, None)
-    order = [n for n in graph.topo() if graph[n]["op"] not in SOURCES]
+    program = graph.topo()
+    copies = _one_broadcast_per_user(graph)
+    order = [m for n in program if graph[n]["op"] not in SOURCES for m in copies.get(n, []) + [n]]
     level = _levels(graph, order)
     klass = {}
     for n in order:
@@ -59,8 +63,30 @@ def fuse(graph):
     for n in order:
         key = (klass[n], owner[n]) if n in klass else n
         groups.setdefault(key, []).append(n)
-    graph.meta["groups"] = sorted((tuple(g) for g in groups.values()), key=lambda g: pos[g[0]])
+    pieces = []
+    for key, nodes in groups.items():
+        if nodes[0] in klass and owner[nodes[0]] == len(order) and klass[nodes[0]][1] != ():
+            # Unrelated elementwise work stays apart, free to run when its operands are
+            # ready; 0-d work becomes one straight-line block.
+            pieces.extend(sorted(c, key=pos.get) for c in nx.weakly_connected_components(graph.nx.subgraph(nodes)))
+        else:
+            pieces.append(nodes)
+    graph.meta["groups"] = sorted((tuple(g) for g in pieces), key=lambda g: pos[g[0]])
     return graph
+
+
+def _one_broadcast_per_user(g):
+    """Give every user of a broadcast_to its own copy: re-reading the small operand in each
+    kernel is free, while a shared broadcast would be stored at full size between kernels.
+    Returns {user: [its copies]}, to keep each copy next to its user in program order."""
+    copies = {}
+    for n in [n for n in g.nx.nodes if g[n]["op"] == "broadcast_to"]:
+        a, (x,) = g[n], g.operands(n)
+        for _, user, key in list(g.nx.out_edges(n, keys=True))[1:]:
+            c = g.add("broadcast_to", [x], a["shape"], a["dtype"], a["attrs"], a["src"])
+            g.set_operand(user, key, c)
+            copies.setdefault(user, []).append(c)
+    return copies
 
 
 def _loop_node(g, n):

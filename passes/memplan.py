@@ -117,9 +117,17 @@ def _to_output(graph, plan, n):
 def _finish(graph, plan, arena_bytes):
     plan.arena_bytes = arena_bytes
     plan.lower_bound = lower_bound(_live(graph, plan, [n for n, loc in plan.location.items() if loc[0] == "arena"]))
-    plan.naive_bytes = sum(_align(graph.nbytes(n)) for n in graph.nx.nodes if graph[n]["op"] not in S.SOURCES)
+    plan.naive_bytes = _naive_bytes(graph)
     graph.meta["memory"] = plan
     return graph
+
+
+def _naive_bytes(graph):
+    """Every distinct intermediate in its own buffer (fusion's per-kernel copies of one
+    broadcast count once: an unfused executor would compute it once)."""
+    distinct = {(a["op"], repr(sorted(a["attrs"].items())), tuple(graph.operands(n))): _align(graph.nbytes(n))
+                for n, a in graph.nx.nodes(data=True) if a["op"] not in S.SOURCES}
+    return sum(distinct.values())
 
 
 def _readers(graph, plan, n):

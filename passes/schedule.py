@@ -9,11 +9,13 @@ as global constants. Groups come from the fusion pass (graph.meta["groups"]) or,
 it, are one node each.
 
 `schedule` orders the groups greedily by memory: among the kernels whose operands are
-ready it runs the one that frees the most bytes net of what it allocates (ties: program
-order), so activations die soon after their last use. An in-place parameter update (see
-memplan) needs every other reader of the old value to run first; those orders are added as
-extra dependencies when they do not contradict the data flow. `topological` is the plain
-order, used when this pass is switched off.
+ready it runs the one that frees the most bytes net of what it allocates, and when none
+frees anything, the first in program order (so work that only allocates, like a weight
+transpose for the backward pass, waits until it is needed). An in-place parameter update
+(see memplan) needs every other reader of the old value to run first; those orders are added
+as extra dependencies when they do not contradict the data flow. The result is kept only if
+its memory plan beats plain program order's: the greedy rule is a heuristic, the arena
+size is the objective. `topological` is the plain order, used when this pass is off.
 """
 
 import heapq
@@ -45,12 +47,14 @@ def topological(graph):
 
 
 def schedule(graph):
-    graph = topological(graph)
-    groups = graph.meta["schedule"]
+    from .memplan import plan  # the planner judges the orders; it reads schedules, not this module's state
+    plain = topological(graph)
+    groups = plain.meta["schedule"]
     group_of = {n: i for i, grp in enumerate(groups) for n in grp}
-    deps = _dependencies(graph, groups, group_of)
-    graph.meta["schedule"] = [groups[i] for i in _greedy(graph, groups, group_of, deps)]
-    return graph
+    greedy = plain.copy()
+    greedy.meta["schedule"] = [groups[i] for i in _greedy(graph, groups, group_of,
+                                                          _dependencies(graph, groups, group_of))]
+    return min((greedy, plain), key=lambda g: plan(g).meta["memory"].arena_bytes)
 
 
 def _dependencies(graph, groups, group_of):
@@ -91,8 +95,8 @@ def _greedy(graph, groups, group_of, dag):
             reads[r].add(n)
     left = {n: len(rs) for n, rs in readers.items()}
 
-    def gain(i):
-        return sum(graph.nbytes(n) for n in reads[i] if left[n] == 1) - alloc[i]
+    def gain(i):  # only net freeing counts; the rest goes in program order
+        return max(0, sum(graph.nbytes(n) for n in reads[i] if left[n] == 1) - alloc[i])
 
     waiting = {i: dag.in_degree(i) for i in dag}
     heap = [(-gain(i), i) for i, d in waiting.items() if d == 0]
