@@ -1,0 +1,66 @@
+"""Disk cache of compiled object code (~/.cache/burjit, or $BURJIT_CACHE_DIR).
+
+An entry is keyed by everything the code depends on: the graph's fingerprint, schedule and
+memory plan, literal contents, build options, host CPU, llvmlite and the codegen sources
+themselves (so editing codegen never loads stale code). Entries carry a checksum of their
+payload: a truncated or corrupt file reads as a miss and is recompiled, never loaded.
+Writes go to a temporary file first and are renamed into place (atomic on POSIX).
+"""
+
+import functools
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+MAGIC = b"burjit-object-1\n"
+
+
+def directory():
+    return Path(os.environ.get("BURJIT_CACHE_DIR") or Path.home() / ".cache" / "burjit")
+
+
+@functools.lru_cache(maxsize=None)
+def _codegen_hash():
+    h = hashlib.sha256()
+    for p in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(p.name.encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def key(parts):
+    """A hex digest of `parts` (any repr-able data) and the codegen sources."""
+    return hashlib.sha256(repr((_codegen_hash(), parts)).encode()).hexdigest()
+
+
+def path(k):
+    return directory() / f"{k}.o"
+
+
+def load(k):
+    """The object bytes stored under key k, or None if missing or corrupt."""
+    try:
+        data = path(k).read_bytes()
+    except OSError:
+        return None
+    head, digest, payload = data[:len(MAGIC)], data[len(MAGIC):len(MAGIC) + 32], data[len(MAGIC) + 32:]
+    if head != MAGIC or hashlib.sha256(payload).digest() != digest:
+        return None
+    return payload
+
+
+def store(k, payload):
+    """Write an entry atomically; a cache that cannot be written is silently skipped."""
+    try:
+        d = directory()
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{k[:16]}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
+            os.replace(tmp, path(k))
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass

@@ -1,0 +1,132 @@
+"""The scalar emitter that primitives' `scalar` lowerings are written against (see primitives.py).
+
+A value's LLVM type says its dtype (float/double, i32/i64, i1 for bool), so methods need no
+dtype arguments. exp/log/tanh come from mathfns (branch-free polynomials, so loops over them
+still vectorise); sqrt/max/min/pow use LLVM intrinsics. Float arithmetic may contract a*b+c
+into an FMA; nothing else is reassociated, so results stay within rounding of numpy.
+"""
+
+from llvmlite import ir
+
+from . import mathfns
+from .types import F32, FLAGS, I1, I8, ITEMSIZE, MEM, REG, const, declare, is_float, mangle
+
+_FPRED = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=="}
+
+
+class Emitter:
+    def __init__(self, builder):
+        self.b = builder
+
+    def call(self, name, *args):
+        """Call the LLVM intrinsic `name` overloaded on the first operand's type."""
+        fn = declare(self.b.module, f"{name}.{mangle(args[0].type)}", args[0].type, [a.type for a in args])
+        return self.b.call(fn, list(args))
+
+    # -- arithmetic -----------------------------------------------------------------------------
+    def add(self, x, y):
+        return self.b.fadd(x, y, flags=FLAGS) if is_float(x.type) else self.b.add(x, y)
+
+    def sub(self, x, y):
+        return self.b.fsub(x, y, flags=FLAGS) if is_float(x.type) else self.b.sub(x, y)
+
+    def mul(self, x, y):
+        return self.b.fmul(x, y, flags=FLAGS) if is_float(x.type) else self.b.mul(x, y)
+
+    def div(self, x, y):
+        return self.b.fdiv(x, y)
+
+    def neg(self, x):
+        return self.b.fneg(x) if is_float(x.type) else self.b.sub(const(x.type, 0), x)
+
+    def abs(self, x):
+        if is_float(x.type):
+            return self.call("llvm.fabs", x)
+        return self.b.select(self.b.icmp_signed("<", x, const(x.type, 0)), self.neg(x), x)
+
+    def sqrt(self, x):
+        return self.call("llvm.sqrt", x)
+
+    def exp(self, x):
+        return mathfns.exp(self, x)
+
+    def log(self, x):
+        return mathfns.log(self, x)
+
+    def tanh(self, x):
+        return mathfns.tanh(self, x)
+
+    def pow(self, x, y):
+        if isinstance(y, ir.Constant):  # common literal exponents need no libm call
+            if y.constant == 2.0:
+                return self.mul(x, x)
+            if y.constant == 1.0:
+                return x
+            if y.constant == 0.5:
+                return self.sqrt(x)
+            if y.constant == -1.0:
+                return self.div(const(x.type, 1), x)
+        return self.call("llvm.pow", x, y)
+
+    def max(self, x, y):
+        if is_float(x.type):
+            return self.call("llvm.maximum", x, y)  # NaN-propagating, like numpy
+        return self.b.select(self.b.icmp_signed(">", x, y), x, y)
+
+    def min(self, x, y):
+        if is_float(x.type):
+            return self.call("llvm.minimum", x, y)
+        return self.b.select(self.b.icmp_signed("<", x, y), x, y)
+
+    # -- logic ----------------------------------------------------------------------------------
+    def cmp(self, pred, x, y):
+        if is_float(x.type):
+            # numpy: every comparison with NaN is False except !=.
+            return (self.b.fcmp_unordered("!=", x, y) if pred == "!=" else self.b.fcmp_ordered(_FPRED[pred], x, y))
+        if x.type == I1:
+            return self.b.icmp_unsigned(pred, x, y)
+        return self.b.icmp_signed(pred, x, y)
+
+    def select(self, c, x, y):
+        return self.b.select(c, x, y)
+
+    def and_(self, x, y):
+        return self.b.and_(x, y)
+
+    def or_(self, x, y):
+        return self.b.or_(x, y)
+
+    def not_(self, x):
+        return self.b.xor(x, const(I1, 1))
+
+    # -- types ----------------------------------------------------------------------------------
+    def const(self, value, like):
+        return const(like.type, value)
+
+    def cast(self, x, dtype):
+        src, dst = x.type, REG[dtype]
+        if src == dst:
+            return x
+        if dst == I1:
+            return self.b.fcmp_unordered("!=", x, const(src, 0)) if is_float(src) else self.b.icmp_unsigned("!=", x, const(src, 0))
+        if is_float(dst):
+            if is_float(src):
+                return self.b.fpext(x, dst) if src == F32 else self.b.fptrunc(x, dst)
+            return self.b.uitofp(x, dst) if src == I1 else self.b.sitofp(x, dst)
+        if is_float(src):  # saturating: an out-of-range float gives a defined (clamped) int, not poison
+            fn = declare(self.b.module, f"llvm.fptosi.sat.{mangle(dst)}.{mangle(src)}", dst, [src])
+            return self.b.call(fn, [x])
+        if src == I1:
+            return self.b.zext(x, dst)
+        return self.b.sext(x, dst) if src.width < dst.width else self.b.trunc(x, dst)
+
+    # -- memory ---------------------------------------------------------------------------------
+    def load(self, ptr, dtype, index):
+        v = self.b.load(self.b.gep(ptr, [index], inbounds=True, source_etype=MEM[dtype]), typ=MEM[dtype],
+                        align=ITEMSIZE[dtype])
+        return self.b.icmp_unsigned("!=", v, const(I8, 0)) if dtype == "bool" else v
+
+    def store(self, value, ptr, dtype, index):
+        if dtype == "bool":
+            value = self.b.zext(value, I8)
+        self.b.store(value, self.b.gep(ptr, [index], inbounds=True, source_etype=MEM[dtype]), align=ITEMSIZE[dtype])

@@ -1,0 +1,90 @@
+"""The host CPU as an LLVM target: optimise IR at O3, emit object code, load it into MCJIT.
+
+Compilation and loading are separate steps so the disk cache can store the object bytes in
+between. One target machine serves the whole process; its identity (triple, CPU, features)
+is part of every cache key.
+"""
+
+import functools
+
+import llvmlite
+import llvmlite.binding as llvm
+
+
+@functools.lru_cache(maxsize=None)
+def target_machine():
+    """The process-wide target machine for optimising and emitting code."""
+    return new_target_machine()
+
+
+def new_target_machine():
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host_features(), opt=3,
+                                        codemodel="jitdefault")
+
+
+@functools.lru_cache(maxsize=None)
+def triple_and_layout():
+    """(triple, data layout) strings for modules built for the host."""
+    tm = target_machine()
+    return tm.triple, str(tm.target_data)
+
+
+@functools.lru_cache(maxsize=None)
+def host_features():
+    return llvm.get_host_cpu_features().flatten()
+
+
+def host_identity():
+    """Everything about the host and toolchain that object code depends on."""
+    target_machine()
+    return (llvm.get_process_triple(), llvm.get_host_cpu_name(), host_features(), llvmlite.__version__)
+
+
+def vector_bytes():
+    """Width of the widest vector register the host has."""
+    features = host_features().split(",")
+    return 64 if "+avx512f" in features else 32 if "+avx" in features else 16
+
+
+def parse(ir_text):
+    target_machine()
+    module = llvm.parse_assembly(ir_text)
+    module.verify()
+    return module
+
+
+def optimise(module):
+    """Run the new pass manager's O3 pipeline (vectorisers on) for the host CPU, in place."""
+    tm = target_machine()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(module, pb)
+    return module
+
+
+def emit_object(module):
+    return target_machine().emit_object(module)
+
+
+def emit_assembly(module):
+    return target_machine().emit_assembly(module)
+
+
+class Loaded:
+    """Object code linked into its own MCJIT engine; keeps the engine (and the code) alive.
+
+    An engine owns the target machine it is given (and frees it with itself), so each gets its own.
+    """
+
+    def __init__(self, obj, symbol):
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        self.engine.finalize_object()
+        self.address = self.engine.get_function_address(symbol)
+        if not self.address:
+            raise RuntimeError(f"symbol {symbol} not found in object code")

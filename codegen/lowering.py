@@ -1,0 +1,282 @@
+"""The whole step as one LLVM module: `i32 burjit_step(ptr argv)`.
+
+argv holds the buffer pointers [inputs..., outputs..., arena]. The function runs the
+schedule's kernels in order over the memory plan (passes/memplan.py), then copies each output
+to its destination, and returns 0, or 1 + i for error i of `Lowering.errors` (an index out of
+range) before anything a caller can see was written:
+  * index operands that are graph inputs are checked in a prologue, before any kernel runs;
+  * constant index operands (const, iota, literal) are checked once at build (`static_error`);
+  * computed index operands are checked by their kernel as it runs; the executable then
+    restores the donated buffers listed in `backup` (those the plan updates in place).
+Each kernel with loops is an internal function whose pointer parameters are `noalias` (the
+plan never overlaps two values live in one kernel), which is what lets LLVM vectorise it;
+one-element kernels (scalar graphs) are emitted straight into the step as SSA code.
+"""
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from burjit import primitives as P
+from burjit.passes.memplan import ALIGN
+
+from . import kernels, loops
+from .emitter import Emitter
+from .matmul import matmul
+from .program import Program
+from .types import I1, I8, I32, I64, ITEMSIZE, declare
+
+SYMBOL = "burjit_step"
+PTR = ir.PointerType()
+_INLINE_SOURCES = ("const", "iota")
+
+
+def _align(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class Lowering:
+    def __init__(self, graph, poison=False):
+        self.graph, self.poison = graph, poison
+        self.plan = graph.meta["memory"]
+        self.schedule = graph.meta["schedule"]
+        self.n_in, self.n_out = len(graph.inputs), len(graph.outputs)
+        self.arena_slot = self.n_in + self.n_out
+        self.errors = []         # (node, axis size, input position of the index operand or None)
+        self.static_error = None  # an IndexError message if a constant index is out of range
+        self.backup = []         # donated input positions to restore when a computed index fails
+        self._checks, self._fallible = [], {}
+        self._classify_indices()
+        self.copies, self.arena_bytes = self._final_copies()
+
+    # -- buffers --------------------------------------------------------------------------------
+    def ref(self, node):
+        """Where node's bytes are: ('arg', slot, byte offset) or ('global', node) for a constant."""
+        loc = self.plan.location.get(node)
+        while loc is not None and loc[0] == "view":
+            node, loc = loc[1], self.plan.location.get(loc[1])
+        if loc is None:
+            if self.graph[node]["op"] in ("literal",) + _INLINE_SOURCES:
+                return ("global", node)
+            raise ValueError(f"node %{node} ({self.graph[node]['op']}) is used outside its group but the "
+                             "memory plan gives it no location")
+        kind, v = loc
+        if kind == "arena":
+            return ("arg", self.arena_slot, v)
+        return ("arg", v if kind == "input" else self.n_in + v, 0)
+
+    def constant_value(self, node):
+        a = self.graph[node]
+        return np.asarray(P.PRIMITIVES[a["op"]].ref(**a["attrs"]), dtype=a["dtype"])
+
+    def _root(self, node):
+        loc = self.plan.location.get(node)
+        while loc is not None and loc[0] == "view":
+            node, loc = loc[1], self.plan.location.get(loc[1])
+        return node
+
+    # -- index checks -------------------------------------------------------------------------
+    def _classify_indices(self):
+        g = self.graph
+        for group in self.schedule:
+            for n in group:
+                kind = P.PRIMITIVES[g[n]["op"]].kind
+                if kind not in ("gather", "scatter"):
+                    continue
+                table, idx = g.operands(n)
+                size = g[table]["shape"][0] if kind == "gather" else g[n]["attrs"]["n"]
+                root = self._root(idx)
+                op = g[root]["op"]
+                if op in ("literal",) + _INLINE_SOURCES:
+                    values = self.constant_value(root).ravel()
+                    bad = values[(values < 0) | (values >= size)]
+                    if bad.size and self.static_error is None:
+                        self.static_error = f"index {bad[0]} is out of range for an axis of size {size}"
+                    continue
+                self.errors.append((n, size, g[root]["attrs"]["index"] if op == "input" else None))
+                code = len(self.errors)
+                (self._checks if op == "input" else self._fallible.setdefault(n, [])).append((idx, size, code))
+        if self._fallible:
+            self.backup = sorted({v for n, (kind, v) in self.plan.location.items()
+                                  if kind == "input" and g[n]["op"] != "input"})
+
+    # -- final copies ---------------------------------------------------------------------------
+    def _final_copies(self):
+        """[(source ref or node to fill, destination ref, node)] and the arena size with staging.
+
+        A source that is a donated input some other copy overwrites is first staged in extra
+        arena bytes after the plan's, so copies in any order read the old values.
+        """
+        g = self.graph
+        copies, dests = [], set()
+        for j, n in enumerate(g.outputs):
+            dst = ("arg", g.aliases[j] if j in g.aliases else self.n_in + j, 0)
+            src = None if g[n]["op"] in _INLINE_SOURCES else self.ref(n)
+            if src != dst:
+                copies.append([src, dst, n])
+                dests.add(dst)
+        offset = _align(self.plan.arena_bytes)
+        staged = []
+        for c in copies:
+            if c[0] in dests:
+                staged.append((c[0], ("arg", self.arena_slot, offset), c[2]))
+                c[0] = staged[-1][1]
+                offset += _align(g.nbytes(c[2]))
+        self._staged = staged
+        return [tuple(c) for c in copies], offset
+
+    # -- emission -------------------------------------------------------------------------------
+    def module(self, triple="", data_layout=""):
+        self.mod = ir.Module(name="burjit_step")
+        self.mod.triple, self.mod.data_layout = triple, data_layout
+        self._globals = {}
+        fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR]), name=SYMBOL)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        argv = fn.args[0]
+        self._slots = [b.load(b.gep(argv, [I64(k)], inbounds=True, source_etype=PTR), typ=PTR)
+                       for k in range(self.arena_slot + 1)]
+        main_ptr = lambda r: self._main_ptr(b, r)  # noqa: E731
+        for idx, size, code in self._checks:
+            self._emit_check(b, main_ptr, idx, size, code)
+        if self.poison:
+            self._memset(b, self._slots[self.arena_slot], self.arena_bytes)
+        for gi, group in enumerate(self.schedule):
+            self._group(b, gi, group)
+        for src, dst, n in self._staged:
+            self._memcpy(b, self._main_ptr(b, dst), self._main_ptr(b, src), self.graph.nbytes(n))
+        for src, dst, n in self.copies:
+            if src is None:
+                p = Program(self, self.graph[n]["shape"])
+                p.store(dst, self.graph[n]["dtype"], p.value(n))
+                self._run(b, f"fill{n}", [p])
+            else:
+                self._memcpy(b, self._main_ptr(b, dst), self._main_ptr(b, src), self.graph.nbytes(n))
+        b.ret(I32(0))
+        return self.mod
+
+    def _main_ptr(self, b, ref):
+        if ref[0] == "global":
+            return self._global(ref[1])
+        _, slot, off = ref
+        return b.gep(self._slots[slot], [I64(off)], inbounds=True, source_etype=I8) if off else self._slots[slot]
+
+    def _global(self, node):
+        gv = self._globals.get(node)
+        if gv is None:
+            data = np.ascontiguousarray(self.constant_value(node)).tobytes() or b"\0"
+            ty = ir.ArrayType(I8, len(data))
+            gv = ir.GlobalVariable(self.mod, ty, name=f"const{node}")
+            gv.initializer = ir.Constant(ty, bytearray(data))
+            gv.global_constant, gv.linkage, gv.align = True, "private", ALIGN
+            self._globals[node] = gv
+        return gv
+
+    def _memcpy(self, b, dst, src, n):
+        if n:
+            fn = declare(self.mod, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, I1])
+            b.call(fn, [dst, src, I64(n), I1(0)])
+
+    def _memset(self, b, dst, n):
+        if n:
+            fn = declare(self.mod, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, I64, I1])
+            b.call(fn, [dst, I8(0xFF), I64(n), I1(0)])  # all-ones bytes: NaN as floats, -1 as ints
+
+    def _fail_if(self, b, cond, code):
+        """Return `code` (an int or an i32 value) from the current function when cond holds."""
+        bad = b.append_basic_block("bad")
+        ok = b.append_basic_block("ok")
+        b.cbranch(cond, bad, ok)
+        b.position_at_end(bad)
+        b.ret(code if isinstance(code, ir.Value) else I32(code))
+        b.position_at_end(ok)
+
+    def _emit_check(self, b, ptr, idx, size, code):
+        g = self.graph
+        dtype = g[idx]["dtype"]
+        count = math.prod(g[idx]["shape"])
+        if not count:
+            return
+        base = ptr(self.ref(idx))
+        e = Emitter(b)
+
+        def any_bad(i, acc):
+            v = e.cast(e.load(base, dtype, i[0]), "int64")
+            return [b.or_(acc[0], b.or_(b.icmp_signed("<", v, I64(0)), b.icmp_signed(">=", v, I64(size))))]
+        bad = loops.nest(b, [count], any_bad, [I1(0)])[0]
+        self._fail_if(b, bad, code)
+
+    def _group(self, b, gi, group):
+        g = self.graph
+        located = [n for n in group if n in self.plan.location and self.plan.location[n][0] != "view"]
+        if not located:
+            return  # views (no-op reshapes) and dead groups
+        if self.poison:
+            for n in located:
+                kind, off = self.plan.location[n]
+                if kind == "arena":
+                    self._memset(b, self._main_ptr(b, ("arg", self.arena_slot, off)), g.nbytes(n))
+        reduce = [n for n in group if P.PRIMITIVES[g[n]["op"]].kind == "reduce"]
+        head = group[-1]
+        a = g[head]
+        kind = P.PRIMITIVES[a["op"]].kind
+        if reduce:
+            (r,) = reduce
+            (x,) = g.operands(r)
+            p = Program(self, g[x]["shape"], group)
+            for n in located:
+                if n != r:
+                    p.store(self.ref(n), g[n]["dtype"], p.value(n))
+            p.reduce(r, p.value(x))
+            self._run(b, f"k{gi}", [p])
+        elif kind == "matmul":
+            x, y = g.operands(head)
+            batch = math.prod(a["shape"][:-2])
+            M, N, K = a["shape"][-2], a["shape"][-1], g[x]["shape"][-1]
+            refs = [self.ref(x), self.ref(y), self.ref(head)]
+            self._kernel(b, f"k{gi}", refs, lambda kb, ptr: matmul(kb, [ptr(r) for r in refs], a["dtype"],
+                                                                     batch, M, K, N), [])
+        elif kind in ("gather", "scatter"):
+            data, idx = g.operands(head)
+            refs = [self.ref(data), self.ref(idx), self.ref(head)]
+            count = math.prod(g[idx]["shape"])
+            row_len = math.prod(g[data]["shape"][1 if kind == "gather" else len(g[idx]["shape"]):])
+            size = g[data]["shape"][0] if kind == "gather" else a["attrs"]["n"]
+            emit = kernels.take if kind == "gather" else kernels.scatter_add
+            checks = self._fallible.get(head, [])
+            self._kernel(b, f"k{gi}", refs, lambda kb, ptr: emit(
+                kb, [ptr(r) for r in refs], a["dtype"], g[idx]["dtype"], count, row_len, size,
+                (lambda cb, cond: self._fail_if(cb, cond, checks[0][2])) if checks else None), checks)
+        elif a["op"] == "pad":
+            self._run(b, f"k{gi}", kernels.pad_programs(self, head))
+        elif a["op"] == "concatenate":
+            self._run(b, f"k{gi}", kernels.concatenate_programs(self, head))
+        else:
+            p = Program(self, a["shape"], group)
+            for n in located:
+                p.store(self.ref(n), g[n]["dtype"], p.value(n))
+            self._run(b, f"k{gi}", [p])
+
+    def _run(self, b, name, programs):
+        """Emit Programs: inline when each is one element (straight-line code), else as a kernel."""
+        if all(math.prod(p.domain) <= 1 for p in programs):
+            for p in programs:
+                p.emit(b, lambda r: self._main_ptr(b, r))
+            return
+        refs = [r for p in programs for r in p.refs()]
+        self._kernel(b, name, refs, lambda kb, ptr: [p.emit(kb, ptr) for p in programs], [])
+
+    def _kernel(self, b, name, refs, body, checks):
+        """An internal function with one noalias pointer per distinct buffer, called from the step."""
+        uniq = list(dict.fromkeys(refs))
+        fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR] * len(uniq)), name=name)
+        fn.linkage = "internal"
+        for arg in fn.args:
+            arg.add_attribute("noalias")
+        kb = ir.IRBuilder(fn.append_basic_block("entry"))
+        params = dict(zip(uniq, fn.args))
+        body(kb, params.__getitem__)
+        kb.ret(I32(0))
+        rc = b.call(fn, [self._main_ptr(b, r) for r in uniq])
+        if checks:
+            self._fail_if(b, b.icmp_unsigned("!=", rc, I32(0)), rc)

@@ -1,0 +1,137 @@
+"""The native backend: graph -> one JIT-compiled function, called through ctypes.
+
+`build(graph)` lowers the graph (after `pipeline.prepare` fills in a default schedule and
+memory plan), compiles it at O3 for the host CPU or loads the object code from the disk cache,
+and returns a NativeExecutable. A call fills a prebuilt pointer array (inputs, fresh outputs,
+the preallocated arena) and makes one ctypes call. The executable trusts the front door
+(jit.py) to pass C-contiguous arrays of the traced shapes and dtypes, in input order.
+
+Environment (read at build time):
+  BURJIT_DUMP_DIR       write <key>.ll, <key>.opt.ll and <key>.s for every step built
+  BURJIT_POISON_ARENA=1 fill the arena with 0xFF bytes (NaN / -1) at call start and each arena
+                        value's bytes just before the kernel that defines it, so a memory plan
+                        that overlaps two live values gives visibly wrong results
+  BURJIT_CACHE_DIR      where compiled object code is cached (default ~/.cache/burjit)
+"""
+
+import ctypes
+import os
+from pathlib import Path
+
+import numpy as np
+
+from burjit.passes import pipeline
+
+from . import cache, engine
+from .lowering import SYMBOL, Lowering
+
+_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
+
+
+class NativeExecutable:
+    def __init__(self, graph):
+        self.graph = graph = pipeline.prepare(graph)
+        self.lowering = low = Lowering(graph, poison=os.environ.get("BURJIT_POISON_ARENA") == "1")
+        self.key = cache.key(_key_parts(graph, low))
+        self._ir = {}
+        obj = cache.load(self.key)
+        self.from_cache = obj is not None
+        if obj is None:
+            obj = engine.emit_object(self._module(optimized=True))
+            cache.store(self.key, obj)
+        self._loaded = engine.Loaded(obj, SYMBOL)
+        self._fn = _SIGNATURE(self._loaded.address)
+        if os.environ.get("BURJIT_DUMP_DIR"):
+            self.dump(os.environ["BURJIT_DUMP_DIR"])
+        self._prepare_calls()
+
+    # -- calling --------------------------------------------------------------------------------
+    def _prepare_calls(self):
+        g, low = self.graph, self.lowering
+        self._argv = (ctypes.c_void_p * (low.arena_slot + 1))()
+        self._arena = np.zeros(low.arena_bytes + 64, dtype=np.uint8)
+        self._argv[low.arena_slot] = -(-self._arena.ctypes.data // 64) * 64  # 64-byte aligned start
+        self._outs = [(j, g[n]["shape"], g[n]["dtype"]) for j, n in enumerate(g.outputs) if j not in g.aliases]
+        self._aliases = sorted(g.aliases.items())
+        self._n_in = low.n_in
+
+    def __call__(self, inputs):
+        low = self.lowering
+        if low.static_error:
+            raise IndexError(low.static_error)
+        argv, n_in = self._argv, self._n_in
+        for k, a in enumerate(inputs):
+            argv[k] = a.ctypes.data
+        outs = [None] * low.n_out
+        for j, shape, dtype in self._outs:
+            o = outs[j] = np.empty(shape, dtype)
+            argv[n_in + j] = o.ctypes.data
+        for j, k in self._aliases:
+            outs[j] = inputs[k]
+            argv[n_in + j] = argv[k]
+        saved = [(k, inputs[k].copy()) for k in low.backup]
+        rc = self._fn(argv)
+        if rc:
+            for k, old in saved:
+                np.copyto(inputs[k], old)
+            raise IndexError(self._message(rc, inputs))
+        return outs
+
+    def _message(self, rc, inputs):
+        node, size, k = self.lowering.errors[rc - 1]
+        a = self.graph[node]
+        where = f"{a['op']} at {a['src']}" if a.get("src") else a["op"]
+        if k is not None:
+            idx = np.asarray(inputs[k]).ravel()
+            bad = idx[(idx < 0) | (idx >= size)]
+            if bad.size:
+                return f"index {bad[0]} is out of range for an axis of size {size} ({where})"
+        return f"an index computed in the step is out of range for an axis of size {size} ({where})"
+
+    # -- inspection -----------------------------------------------------------------------------
+    def _module(self, optimized):
+        """A fresh llvmlite.binding module of the step (optimised at O3 or as emitted)."""
+        if "raw" not in self._ir:
+            self._ir["raw"] = str(self.lowering.module(*engine.triple_and_layout()))
+        mod = engine.parse(self._ir["raw"])
+        return engine.optimise(mod) if optimized else mod
+
+    def llvm_ir(self, optimized=True):
+        name = "opt" if optimized else "raw"
+        if name not in self._ir:
+            self._ir[name] = str(self._module(optimized))
+        return self._ir[name]
+
+    def asm(self):
+        if "asm" not in self._ir:
+            self._ir["asm"] = engine.emit_assembly(self._module(optimized=True))
+        return self._ir["asm"]
+
+    def memory_plan(self):
+        plan, low = self.graph.meta["memory"], self.lowering
+        report = dict(plan.report())
+        report.update(arena_allocated=low.arena_bytes, staging_bytes=low.arena_bytes - _round(plan.arena_bytes),
+                      kernels=len(self.graph.meta["schedule"]), locations=dict(plan.location))
+        return report
+
+    def dump(self, directory):
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{self.key[:16]}.ll").write_text(self.llvm_ir(optimized=False))
+        (d / f"{self.key[:16]}.opt.ll").write_text(self.llvm_ir(optimized=True))
+        (d / f"{self.key[:16]}.s").write_text(self.asm())
+
+
+def _round(n):
+    return -(-n // 64) * 64
+
+
+def _key_parts(graph, low):
+    plan = graph.meta["memory"]
+    literals = sorted((n, graph[n]["attrs"]["value"]._key) for n in graph.nx.nodes if graph[n]["op"] == "literal")
+    return (graph.fingerprint(), [tuple(g) for g in graph.meta["schedule"]], sorted(plan.location.items()),
+            plan.arena_bytes, literals, low.poison, engine.host_identity())
+
+
+def build(graph):
+    return NativeExecutable(graph)
