@@ -71,8 +71,18 @@ def fuse(graph):
             pieces.extend(sorted(c, key=pos.get) for c in nx.weakly_connected_components(graph.nx.subgraph(nodes)))
         else:
             pieces.append(nodes)
-    graph.meta["groups"] = sorted((tuple(g) for g in pieces), key=lambda g: pos[g[0]])
+    graph.meta["groups"] = _in_program_order(graph, pieces, pos)
     return graph
+
+
+def _in_program_order(g, pieces, pos):
+    """The kernels topologically sorted, ties broken by where their first node was traced."""
+    group_of = {n: i for i, p in enumerate(pieces) for n in p}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(pieces)))
+    dag.add_edges_from((group_of[u], group_of[v]) for u, v in g.nx.edges() if u in group_of and group_of[u] != group_of[v])
+    order = nx.lexicographical_topological_sort(dag, key=lambda i: pos[pieces[i][0]])
+    return [tuple(pieces[i]) for i in order]
 
 
 def _one_broadcast_per_user(g):

@@ -68,26 +68,33 @@ def materialised(graph):
 def naive(graph):
     """Every materialised value in its own arena slot; outputs straight into caller buffers."""
     graph = _scheduled(graph)
-    plan = _start(graph)
+    plan, outs = _start(graph), _undonated_outputs(graph)
     offset = 0
     for n in materialised(graph):
-        if not _to_output(graph, plan, n):
+        if not _to_output(graph, plan, outs, n):
             plan.location[n] = ("arena", offset)
             offset += _align(graph.nbytes(n))
-    return _finish(graph, plan, offset)
+    graph.meta["memory"] = _finish(graph, plan, offset)
+    return graph
 
 
 def plan(graph):
     """Views for reshapes, in-place donated updates, outputs into caller buffers, and a reused arena."""
     graph = _scheduled(graph)
-    plan = _start(graph)
+    graph.meta["memory"] = reuse(graph)
+    return graph
+
+
+def reuse(graph):
+    """The reusing MemoryPlan for graph.meta["schedule"]; reads the graph, changes nothing."""
+    plan, outs = _start(graph), _undonated_outputs(graph)
     values = materialised(graph)
     for n in values:
         root = _root(graph, plan, n)
         if root is not None:
             plan.location[n] = ("view", root)
     _place_in_place(graph, plan)
-    arena = [n for n in values if n not in plan.location and not _to_output(graph, plan, n)]
+    arena = [n for n in values if n not in plan.location and not _to_output(graph, plan, outs, n)]
     return _finish(graph, plan, _place(plan, _live(graph, plan, arena)))
 
 
@@ -105,21 +112,27 @@ def _start(graph):
     return plan
 
 
-def _to_output(graph, plan, n):
-    """Put n in the first output buffer that returns it undonated; False if there is none."""
-    j = next((j for j, o in enumerate(graph.outputs) if o == n and j not in graph.aliases), None)
-    if j is None or graph[n]["op"] in S.SOURCES:
-        return False
-    plan.location[n] = ("output", j)
-    return True
+def _undonated_outputs(graph):
+    """node -> the first output position that returns it into a caller's output buffer."""
+    first = {}
+    for j, n in enumerate(graph.outputs):
+        if j not in graph.aliases and graph[n]["op"] not in S.SOURCES:
+            first.setdefault(n, j)
+    return first
+
+
+def _to_output(graph, plan, outs, n):
+    """Put n into its output buffer, if it has one."""
+    if n in outs:
+        plan.location[n] = ("output", outs[n])
+    return n in outs
 
 
 def _finish(graph, plan, arena_bytes):
     plan.arena_bytes = arena_bytes
     plan.lower_bound = lower_bound(_live(graph, plan, [n for n, loc in plan.location.items() if loc[0] == "arena"]))
     plan.naive_bytes = _naive_bytes(graph)
-    graph.meta["memory"] = plan
-    return graph
+    return plan
 
 
 def _naive_bytes(graph):
@@ -152,12 +165,11 @@ def _place_in_place(graph, plan):
     """Write donated outputs straight into their input's buffer where no later kernel needs the old value."""
     time = {n: t for t, g in enumerate(graph.meta["schedule"]) for n in g}
     outs = set(graph.outputs)
+    returned = outs | {loc[1] for v, loc in plan.location.items() if loc[0] == "view" and v in outs}
     for j, k in sorted(graph.aliases.items()):
         n, old = graph.outputs[j], graph.inputs[k]
-        if n not in time or n in plan.location:
-            continue
-        if old in outs or any(loc == ("view", old) and v in outs for v, loc in plan.location.items()):
-            continue  # the old value is itself returned
+        if n not in time or n in plan.location or old in returned:
+            continue  # a source, a view, placed already, or the old value is itself returned
         w = time[n]
         if all(time[u] < w or (time[u] == w and P.PRIMITIVES[graph[u]["op"]].kind == "elementwise")
                for u in _readers(graph, plan, old)):

@@ -47,14 +47,17 @@ def topological(graph):
 
 
 def schedule(graph):
-    from .memplan import plan  # the planner judges the orders; it reads schedules, not this module's state
-    plain = topological(graph)
-    groups = plain.meta["schedule"]
-    group_of = {n: i for i, grp in enumerate(groups) for n in grp}
-    greedy = plain.copy()
-    greedy.meta["schedule"] = [groups[i] for i in _greedy(graph, groups, group_of,
-                                                          _dependencies(graph, groups, group_of))]
-    return min((greedy, plain), key=lambda g: plan(g).meta["memory"].arena_bytes)
+    from .memplan import reuse  # the planner judges the orders; it only reads the schedule
+    graph = topological(graph)
+    plain = graph.meta["schedule"]
+    group_of = {n: i for i, grp in enumerate(plain) for n in grp}
+    greedy = [plain[i] for i in _greedy(graph, plain, group_of, _dependencies(graph, plain, group_of))]
+    cost = []
+    for order in (greedy, plain) if greedy != plain else (greedy,):
+        graph.meta["schedule"] = order
+        cost.append((reuse(graph).arena_bytes, len(cost), order))
+    graph.meta["schedule"] = min(cost)[2]
+    return graph
 
 
 def _dependencies(graph, groups, group_of):
@@ -64,17 +67,24 @@ def _dependencies(graph, groups, group_of):
     for i, grp in enumerate(groups):
         for n in grp:
             dag.add_edges_from((group_of[o], i) for o in graph.operands(n) if o in group_of and group_of[o] != i)
+    extra = []
     for j, k in sorted(graph.aliases.items()):
         writer = group_of.get(graph.outputs[j])
-        if writer is None:
-            continue
-        extra = [(group_of[u], writer) for u in value_readers(graph, graph.inputs[k], lambda u: graph[u]["op"] == "reshape")
-                 if group_of[u] != writer]
-        trial = dag.copy()
-        trial.add_edges_from(extra)
-        if nx.is_directed_acyclic_graph(trial):
-            dag = trial
+        if writer is not None:
+            extra.append([(group_of[u], writer) for u in value_readers(graph, graph.inputs[k], _is_reshape(graph))
+                          if group_of[u] != writer])
+    trial = dag.copy()
+    trial.add_edges_from(e for edges in extra for e in edges)
+    if nx.is_directed_acyclic_graph(trial):
+        return trial
+    for edges in extra:  # some update feeds a reader of its own old value: add what fits, one update at a time
+        if not any(nx.has_path(dag, w, u) for u, w in edges):
+            dag.add_edges_from(edges)
     return dag
+
+
+def _is_reshape(graph):
+    return lambda u: graph[u]["op"] == "reshape"
 
 
 def _greedy(graph, groups, group_of, dag):

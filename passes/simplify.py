@@ -26,7 +26,7 @@ def simplify(graph):
     graph = graph.copy()
     for key in ("groups", "schedule", "memory"):
         graph.meta.pop(key, None)
-    seen = {}
+    seen, moved = {}, {}
     for n in graph.topo():
         if graph[n]["op"] == "input":
             continue
@@ -34,14 +34,20 @@ def simplify(graph):
         if target is None:
             key = _cse_key(graph, n)
             target = seen.setdefault(key, n) if key is not None else n
-        if target != n:
-            graph.replace_all_uses(n, target)
-    return dce(graph)
+        if target != n:  # targets are final: their own uses were redirected when they were visited
+            for _, user, k in list(graph.nx.out_edges(n, keys=True)):
+                graph.set_operand(user, k, target)
+            moved[n] = target
+    graph.outputs = [moved.get(o, o) for o in graph.outputs]
+    return _drop_dead(graph)
 
 
 def dce(graph):
     """Drop every node no output depends on; inputs stay (their positions are the signature)."""
-    graph = graph.copy()
+    return _drop_dead(graph.copy())
+
+
+def _drop_dead(graph):
     live, stack = set(graph.inputs), list(graph.outputs)
     while stack:
         n = stack.pop()

@@ -151,5 +151,7 @@ def test_poisoned_arena_matches_reference(name, monkeypatch):
     copy = burjit.pytree.tree_map(lambda a: np.array(a, copy=True), args)
     want = burjit.compile(step, backend="reference", donate_argnums=donate)(*copy)
     got = burjit.compile(step, backend="native", donate_argnums=donate)(*args)
+    # Adam turns the key bias's (mathematically zero) gradient noise into steps of +-lr.
+    atol = 2e-4 if name == "gpt" else 2e-5
     for w, g in zip(burjit.pytree.flatten(want)[0], burjit.pytree.flatten(got)[0], strict=True):
-        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5)
+        np.testing.assert_allclose(g, w, rtol=2e-4, atol=atol)
