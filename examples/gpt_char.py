@@ -153,7 +153,7 @@ def main(argv=None):
     data_iter = batches(train, args.batch_size, cfg["block_size"], rng)
     done, t0, first = 0, None, None
     try:
-        with tqdm(range(args.steps), unit="step", dynamic_ncols=True) as bar:
+        with tqdm(range(args.steps), unit="step", dynamic_ncols=True, disable=not args.steps) as bar:
             for _ in bar:
                 x, y = next(data_iter)
                 params, state, loss = step(params, state, x, y)
