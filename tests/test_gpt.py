@@ -48,6 +48,11 @@ def test_a_few_hundred_steps_learn_a_pattern(backend):
     assert losses[0] > 1.5                     # ~ln 6 at init
     assert np.mean(losses[-10:]) < 0.1 * losses[0]
     assert len(step._cache) == 1
+    # A token outside the vocabulary fails the step and leaves every parameter as it was.
+    before = [a.copy() for a in flatten((params, state))[0]]
+    with pytest.raises(IndexError):
+        step(params, state, np.full((4, 8), 6), seq[:, 1:])
+    assert all(np.array_equal(a, b) for a, b in zip(before, flatten((params, state))[0]))
 
 
 def test_checkpoint_round_trips_bit_exactly(tmp_path):
