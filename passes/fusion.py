@@ -7,8 +7,9 @@ one of
   (a) elementwise: elementwise nodes of one shape (the group's shape) and broadcast_to nodes
       producing that shape from an operand outside the group (or a const/iota);
   (b) a single non-elementwise node (matmul, reshape, transpose, take, ...);
-  (c) a reduction (reduce_sum / reduce_max) with nodes of form (a) of its input shape, each
-      of which feeds the reduction (its prologue), e.g. sum(exp(x - m)).
+  (c) a reduction (reduce_sum / reduce_max) with nodes of form (a) of its input shape: its
+      prologue (e.g. sum(exp(x - m))), and other per-index work of that shape that reads the
+      prologue and rides along in the same loop (e.g. the adjoint exp(x) * c next to sum(exp(x))).
 One kernel loops once over the group's shape (for (c): the reduction's input shape) and
 evaluates its nodes per index. Any node of a group may be materialised (used by another
 group or a graph output): it is stored at its index in that same loop. Within one
@@ -48,24 +49,25 @@ def fuse(graph):
         elif graph[n]["op"] in REDUCTIONS:
             klass[n] = (level[n], graph[graph.operands(n)[0]]["shape"])
     pos = {n: i for i, n in enumerate(order)}
-    # Within a class, each node goes with the first reduction it feeds (or with the rest):
-    # along an edge the set of reductions fed only shrinks, so these groups stay acyclic.
-    owner = {}
+    # Within a class, each node goes with the first reduction it feeds: along an edge the
+    # set of reductions fed only shrinks, so owners never decrease along an edge. A node that
+    # feeds none rides along with the last owner among its operands (owners still never
+    # decrease), or, reading none of them, with the class's plain elementwise rest.
+    owner, rest = {}, len(order)
     for n in reversed(order):
-        if n not in klass:
-            continue
-        if graph[n]["op"] in REDUCTIONS:
-            owner[n] = pos[n]
-            continue
-        fed = [owner[v] for v in graph.users(n) if klass.get(v) == klass[n]]
-        owner[n] = min(fed, default=len(order))
+        if n in klass:
+            fed = [owner[v] for v in graph.users(n) if klass.get(v) == klass[n]]
+            owner[n] = pos[n] if graph[n]["op"] in REDUCTIONS else min(fed, default=rest)
+    for n in order:
+        if n in klass and owner[n] == rest:
+            owner[n] = max((owner[o] for o in graph.operands(n) if klass.get(o) == klass[n]), default=rest)
     groups = {}
     for n in order:
         key = (klass[n], owner[n]) if n in klass else n
         groups.setdefault(key, []).append(n)
     pieces = []
     for key, nodes in groups.items():
-        if nodes[0] in klass and owner[nodes[0]] == len(order) and klass[nodes[0]][1] != ():
+        if nodes[0] in klass and owner[nodes[0]] == rest and klass[nodes[0]][1] != ():
             # Unrelated elementwise work stays apart, free to run when its operands are
             # ready; 0-d work becomes one straight-line block.
             pieces.extend(sorted(c, key=pos.get) for c in nx.weakly_connected_components(graph.nx.subgraph(nodes)))

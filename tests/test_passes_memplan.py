@@ -2,6 +2,9 @@
 value is read after its bytes were given to another; ratios for the done-criteria models; and
 the poisoned-arena run of the native backend against the reference."""
 
+import os
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -142,16 +145,28 @@ def test_reshape_is_a_view_of_its_operand():
     assert sorted(views.values()) == sorted([("view", op["exp"]), ("view", op["mul"])])
 
 
-@pytest.mark.skipif("native" not in BACKENDS, reason="the native backend has not landed yet")
-@pytest.mark.parametrize("name", MODELS)
-def test_poisoned_arena_matches_reference(name, monkeypatch):
-    monkeypatch.setenv("BURJIT_POISON_ARENA", "1")
-    step, args = MODELS[name]()
-    donate = (0, 1) if name == "gpt" else 0
+def _native_matches_reference(step, args, donate, atol):
+    """Run step natively with a poisoned arena (NaN in every byte not yet written) and compare."""
     copy = burjit.pytree.tree_map(lambda a: np.array(a, copy=True), args)
     want = burjit.compile(step, backend="reference", donate_argnums=donate)(*copy)
-    got = burjit.compile(step, backend="native", donate_argnums=donate)(*args)
-    # Adam turns the key bias's (mathematically zero) gradient noise into steps of +-lr.
-    atol = 2e-4 if name == "gpt" else 2e-5
+    with mock.patch.dict(os.environ, {"BURJIT_POISON_ARENA": "1"}):
+        got = burjit.compile(step, backend="native", donate_argnums=donate)(*args)
     for w, g in zip(burjit.pytree.flatten(want)[0], burjit.pytree.flatten(got)[0], strict=True):
         np.testing.assert_allclose(g, w, rtol=2e-4, atol=atol)
+
+
+needs_native = pytest.mark.skipif("native" not in BACKENDS, reason="the native backend is not registered")
+
+
+@needs_native
+@pytest.mark.parametrize("name", MODELS)
+def test_poisoned_arena_matches_reference(name):
+    step, args = MODELS[name]()
+    # Adam turns the key bias's (mathematically zero) gradient noise into steps of +-lr.
+    _native_matches_reference(step, args, (0, 1) if name == "gpt" else 0, 2e-4 if name == "gpt" else 2e-5)
+
+
+@needs_native
+@given(ops_lists)
+def test_poisoned_arena_matches_reference_on_random_programs(ops):
+    _native_matches_reference(*program(ops), donate=0, atol=1e-9)
