@@ -179,15 +179,24 @@ def _place_in_place(graph, plan):
 # -- liveness and placement ----------------------------------------------------------------------
 
 def _live(graph, plan, values):
-    """(first, last, bytes, node) per value: the inclusive schedule steps its bytes must survive."""
+    """(first, last, bytes, node) per value, in thirds of a schedule step: a kernel at step t reads
+    same-index (elementwise) operands by 3t+1 and writes elementwise results from 3t+1, so only those
+    may share bytes; any other read lasts to 3t+2 and any other write starts at 3t (a broadcast,
+    reduction or matmul reading a value its own kernel overwrites would read clobbered bytes)."""
     time = {n: t for t, g in enumerate(graph.meta["schedule"]) for n in g}
-    end = len(graph.meta["schedule"])  # outputs are copied out after the last kernel
+    end = 3 * len(graph.meta["schedule"])  # outputs are copied out after the last kernel
     outs = set(graph.outputs)
     returned = outs | {loc[1] for v, loc in plan.location.items() if loc[0] == "view" and v in outs}
+
+    def same_index(u):
+        return P.PRIMITIVES[graph[u]["op"]].kind == "elementwise"
+
     spans = []
     for n in values:
-        last = end if n in returned else max([time[u] for u in _readers(graph, plan, n)], default=time[n])
-        spans.append((time[n], max(last, time[n]), _align(graph.nbytes(n)), n))
+        first = 3 * time[n] + same_index(n)
+        reads = [3 * time[u] + 2 - same_index(u) for u in _readers(graph, plan, n)]
+        last = end if n in returned else max(reads, default=first)
+        spans.append((first, max(last, first), _align(graph.nbytes(n)), n))
     return spans
 
 
