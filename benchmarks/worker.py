@@ -1,0 +1,87 @@
+"""A worker process: builds one workload in one framework, then answers the runner's requests.
+
+`python -m benchmarks.worker SPEC_JSON` (spec: workload, case, framework, dtype). Answers go out
+one JSON line each on the original stdout; anything the framework prints goes to stderr (the
+runner's log). Requests come one JSON line each on stdin: {"cmd": "time", "k": k} (seconds per
+step over k steps), {"cmd": "overhead", "k": k} (seconds per call of the trivial step),
+{"cmd": "finish"} (memory figures, then exit).
+
+A process per (workload, framework) keeps one framework's imports, thread pools and heap out of
+another's numbers, and lets the runner kill a measurement that outlives its time limit. The work
+runs on a thread with a large stack: micrograd's backward recurses once per graph level.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+import numpy as np
+
+from . import frameworks, measure, workloads
+
+
+def serve(spec, send, requests):
+    fw = frameworks.FRAMEWORKS[spec["framework"]]
+    if spec["dtype"] not in fw.dtypes:
+        return send(status="skipped", note=f"{spec['dtype']} not supported ({'/'.join(fw.dtypes)} only)")
+    try:
+        version = fw.load(spec["dtype"])
+    except ImportError as e:
+        return send(status="missing", note=f"not installed ({e})")
+    work = workloads.get(spec["workload"]).make(spec["case"], spec["dtype"])
+    measure.reset_peak()
+    base = measure.rss_bytes()
+    t0 = time.perf_counter()
+    try:
+        bench = work.build(fw)
+        before = bench.read()
+        bench.step()
+        after = bench.read()
+    except frameworks.Skip as e:
+        return send(status="skipped", note=str(e))
+    first = time.perf_counter() - t0
+    check = {k: np.asarray(v, dtype=np.float64).ravel().tolist() for k, v in work.check(before, after).items()}
+    send(status="ready", version=version, first_call_s=first, check=check,
+         has_trivial=bench.trivial is not None)
+    warmed = False
+    for line in requests:
+        req = json.loads(line)
+        if req["cmd"] == "time":
+            send(s=measure.per_call(bench.step, req["k"]))
+        elif req["cmd"] == "overhead":
+            if not warmed:
+                bench.trivial()
+                warmed = True
+            send(s=measure.per_call(bench.trivial, req["k"]))
+        elif req["cmd"] == "finish":
+            return send(peak_rss_delta=measure.peak_bytes() - base, rss_base=base, arena_bytes=bench.arena())
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(**answer):
+        out.write(json.dumps(answer) + "\n")
+
+    def guarded():
+        try:
+            serve(spec, send, sys.stdin)
+        except BaseException as e:  # the runner records the failure; the traceback goes to the log
+            traceback.print_exc()
+            send(status="error", note=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+
+    sys.setrecursionlimit(10 ** 7)
+    threading.stack_size(1 << 30)
+    t = threading.Thread(target=guarded)
+    t.start()
+    t.join()
+
+
+if __name__ == "__main__":
+    main()

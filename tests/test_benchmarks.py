@@ -1,0 +1,79 @@
+"""The benchmark harness runs end to end (burjit only: CI has no peers) and its checks can fail.
+
+Nothing here is timed: the assertions are about the shape of what a run writes and about
+wrong or slow frameworks being caught, never about how fast anything is. The runs use burjit's
+reference backend, so that these tests are about the harness; whether the native backend
+computes the right numbers is the subject of its own tests (and of every benchmark run).
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import check, report, run
+from benchmarks.workloads import expression
+
+TINY = ["--quick", "--only", "expression", "--rounds", "1", "--round-time", "0.001"]
+
+
+def _run(tmp_path, *extra):
+    rows = run.main(TINY + ["--out", str(tmp_path)] + list(extra))
+    return rows, json.loads((tmp_path / "results.json").read_text())
+
+
+def test_a_run_writes_rows_json_and_markdown(tmp_path):
+    rows, data = _run(tmp_path, "--frameworks", "burjit-ref", "--markdown", str(tmp_path / "R.md"))
+    assert [r["framework"] for r in data["results"]] == ["burjit-ref"]
+    r = data["results"][0]
+    assert r["status"] == "ok", r
+    assert r["step_s"] > 0 and r["first_call_s"] > 0 and r["overhead_s"] > 0 and r["peak_rss_delta"] >= 0
+    assert {"date", "cpu", "command", "versions", "python", "numpy"} <= set(data["meta"])
+    assert "reference backend" in data["meta"]["versions"]["burjit-ref"]
+    assert "burjit-ref" in (tmp_path / "R.md").read_text()
+
+
+def test_ratios_are_against_burjit_in_the_same_case():
+    rows = [{"workload": w, "dtype": "float64", "framework": f, "step_s": s}
+            for w, f, s in [("a", "burjit", 2.0), ("a", "torch", 6.0), ("b", "torch", 1.0), ("b", "burjit", 4.0)]]
+    run.add_ratios(rows)
+    assert [r["ratio"] for r in rows] == [1.0, 3.0, 0.25, 1.0]
+
+
+def test_a_wrong_answer_is_caught_and_not_timed(tmp_path, monkeypatch):
+    monkeypatch.setattr(expression, "EXPECTED", {"value": [24.7041], "grad": [138.8338, 645.0]})
+    rows, _ = _run(tmp_path, "--frameworks", "burjit-ref")
+    assert rows[0]["status"] == "wrong" and "grad[1]" in rows[0]["note"]
+    assert "step_s" not in rows[0]
+
+
+def test_a_slow_framework_times_out_instead_of_hanging(tmp_path):
+    rows, _ = _run(tmp_path, "--frameworks", "burjit-ref", "--timeout", "0.01")
+    assert rows[0]["status"] == "timeout"
+
+
+def test_a_missing_or_inapplicable_framework_is_a_row_not_a_crash(tmp_path):
+    rows, _ = _run(tmp_path, "--frameworks", "micrograd", "--dtype", "float32")
+    assert rows[0]["status"] in ("skipped", "missing")
+
+
+def test_majority_finds_the_odd_one_out():
+    good = {"loss": [1.0], "grad": [0.5, -2.0]}
+    bad = {"loss": [1.0], "grad": [0.5, -2.1]}
+    verdict = check.judge({"a": good, "b": dict(good), "c": bad}, "float64")
+    assert verdict["a"] is None and verdict["b"] is None and "grad[1]" in verdict["c"]
+
+
+@pytest.mark.parametrize("values", [{"v": [np.nan]}, {"v": [1.0, 2.0]}, {"w": [1.0]}, {"v": [1.01]}])
+def test_disagreement_names_nan_shape_keys_and_values(values):
+    assert check.disagreement(values, {"v": [1.0]}, 1e-6)
+
+
+def test_float32_tolerance_scales_with_the_largest_entry():
+    assert check.disagreement({"g": [1000.0, 1e-3]}, {"g": [1000.0, 0.0]}, 2e-3) is None
+    assert check.disagreement({"g": [1000.0, 5.0]}, {"g": [1000.0, 0.0]}, 2e-3)
+
+
+def test_units():
+    assert report.seconds(2.5e-6) == "2.5 us" and report.seconds(1.5) == "1.5 s"
+    assert report.size(3 << 20) == "3 MB" and report.size(None) == "-"
