@@ -6,12 +6,17 @@ COLUMNS = ("workload", "framework", "time/step", "x burjit", "compile", "overhea
            "arena", "status")
 
 
+def _num(v):
+    """Three significant digits, never in e-notation (999.7 -> '1000')."""
+    return f"{v:.3g}" if abs(v) < 999.5 else f"{v:.0f}"
+
+
 def seconds(s):
     if s is None:
         return "-"
     for unit, f in (("s", 1), ("ms", 1e3), ("us", 1e6), ("ns", 1e9)):
         if s * f >= 1 or unit == "ns":
-            return f"{s * f:.3g} {unit}"
+            return f"{_num(s * f)} {unit}"
 
 
 def size(b):
@@ -19,14 +24,14 @@ def size(b):
         return "-"
     for unit, f in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
         if abs(b) >= f:
-            return f"{b / f:.3g} {unit}"
+            return f"{_num(b / f)} {unit}"
     return f"{b} B"
 
 
 def cells(r):
     status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('note', '')}"
     return (f"{r['workload']} [{r['dtype']}]", r["framework"], seconds(r.get("step_s")),
-            f"{r['ratio']:.3g}" if r.get("ratio") else "-", seconds(r.get("compile_s")),
+            _num(r["ratio"]) if r.get("ratio") else "-", seconds(r.get("compile_s")),
             seconds(r.get("overhead_s")), size(r.get("peak_rss_delta")), size(r.get("arena_bytes")), status)
 
 
@@ -48,11 +53,38 @@ def table(meta, rows):
     return "\n".join(header(meta) + [""] + lines)
 
 
+METHOD = """\
+## How these numbers are made
+- One command runs everything; each (workload, framework) runs in its own worker process,
+  started with OMP/MKL/OPENBLAS threads = 1 before numpy is imported, `torch.set_num_threads(1)`,
+  and `XLA_FLAGS=--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1` before JAX is
+  imported. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (set on some machines for old OpenBLAS builds)
+  are dropped in the workers unless `--keep-openblas-tuning`; tests and CI never touch them.
+- Before anything is timed, every framework's value and gradient (for training steps: the loss
+  and the gradient read back from the SGD update) must agree with the published numbers or with
+  the majority of frameworks; one that does not is marked `wrong` and not timed.
+- time/step: median over alternating rounds (every framework in turn, each round k back-to-back
+  steps, k chosen so that a round takes about the round time) of what a training loop pays per
+  step: the Python call of the compiled step with its argument flattening and result wrapping
+  (JAX: until `block_until_ready`). x burjit: that time over burjit's, same run (> 1: burjit faster).
+- compile: build + first step, minus one step. Eager frameworks compile nothing: `-`.
+- overhead/call: the same timing of a compiled function that takes the step's own arguments and
+  returns the step's result structure without arithmetic (training: the donated parameters
+  unchanged plus one element; gradients: the input vector plus one element). time/step minus
+  overhead/call is the time spent in the step's native code.
+- peak RSS +: high-water RSS during build, compile and steps (VmHWM, reset after the framework is
+  imported) minus the RSS at that point. arena: burjit's planned workspace (`step.memory_plan()`).
+- Each request to a worker has a time limit; past it the worker is killed and marked `timeout`,
+  and that framework is not tried on the larger cases of the same workload.
+"""
+
+
 def markdown(meta, rows):
-    lines = ["# burjit benchmarks", ""] + [f"- {h}" for h in header(meta)] + [
-        "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines = ["# burjit benchmarks", ""] + [f"- {h}" for h in header(meta)] + ["", "## Workloads"]
+    lines += [f"- **{name}**: {text}" for name, text in meta.get("workloads", {}).items()]
+    lines += ["", "## Results", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(c).replace("|", "/") for c in cells(r)) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ["", METHOD])
 
 
 def write_json(path, meta, rows):

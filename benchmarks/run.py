@@ -219,6 +219,7 @@ def main(argv=None):
         "openblas_tuning_kept": opts.keep_openblas_tuning,
         "quick": opts.quick, "rounds": opts.rounds, "round_time_s": opts.round_time, "timeout_s": opts.timeout,
         "versions": {r["framework"]: r["version"] for r in rows if r.get("version")},
+        "workloads": {n: " ".join(workloads.get(n).__doc__.split("\n\n")[0].split()) for n in names},
     }
     print(report.table(meta, rows))
     report.write_json(opts.out / "results.json", meta, rows)

@@ -1,0 +1,71 @@
+"""Before/after the graph passes: kernels, planned arena and step time for the benchmark workloads.
+
+    python -m benchmarks.fusion [--workloads tensor_mlp,gpt] [--seconds 1.0]
+
+Each workload is built once per configuration (the passes switched off with
+BURJIT_DISABLE_PASSES, exactly as a user would debug) on the default backend; the kernel count
+is read from the graph each compile hands to the backend. Run pinned to one thread (the
+benchmarks' worker environment) for numbers comparable with benchmarks.run.
+"""
+
+import argparse
+import os
+import time
+
+from burjit.jit import default_backend
+from burjit.passes import pipeline
+
+from . import measure, workloads
+from .frameworks import Burjit
+
+CONFIGS = {"no passes": "simplify,fuse,schedule,memplan", "no fusion": "fuse", "all passes": ""}
+DTYPES = {"expression": "float64"}
+
+
+def _recording(seen):
+    """pipeline.run that also keeps the graph it returns (the backend's input)."""
+    run = pipeline.run
+
+    def recorded(graph, names=None):
+        seen.append(run(graph, names))
+        return seen[-1]
+    return recorded
+
+
+def measure_one(name, disabled, seconds):
+    mod = workloads.get(name)
+    dtype = DTYPES.get(name, "float32")
+    fw = Burjit()
+    fw.load(dtype)
+    seen, run = [], pipeline.run
+    os.environ["BURJIT_DISABLE_PASSES"] = disabled
+    pipeline.run = _recording(seen)
+    try:
+        bench = mod.make(mod.cases(True)[0], dtype).build(fw)
+        t = time.perf_counter()
+        bench.step()  # traces, runs the passes, compiles
+        compile_s = time.perf_counter() - t
+    finally:
+        pipeline.run, os.environ["BURJIT_DISABLE_PASSES"] = run, ""
+    graph = pipeline.prepare(seen[-1])
+    k = max(1, int(seconds / max(measure.per_call(bench.step, 3), 1e-7)))
+    step_s = min(measure.per_call(bench.step, k) for _ in range(3))
+    return len(graph.meta["schedule"]), graph.meta["memory"].arena_bytes, compile_s, step_s
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default="expression,scalar_mlp,tensor_mlp,gpt")
+    ap.add_argument("--seconds", type=float, default=1.0, help="timing budget per measurement")
+    opts = ap.parse_args(argv)
+    print(f"backend: {default_backend()}")
+    print(f"{'workload':12} {'passes':11} {'kernels':>8} {'arena':>11} {'compile':>9} {'step':>11}")
+    for name in opts.workloads.split(","):
+        for label, disabled in CONFIGS.items():
+            kernels, arena, compile_s, step_s = measure_one(name, disabled, opts.seconds)
+            print(f"{name:12} {label:11} {kernels:8d} {arena:9d} B {compile_s:8.2f}s {step_s * 1e6:9.1f}us",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
