@@ -9,6 +9,7 @@ what you donate, save and optimise is exactly the dict you hold.
 
 import json
 import math
+import zipfile
 
 import numpy as np
 
@@ -217,6 +218,8 @@ def load(path, like):
 
 
 def _read(path):
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not an .npz file written by burjit.nn.save")
     with np.load(path, allow_pickle=False) as z:
         stored = {k: z[k] for k in z.files}
     return stored, json.loads(str(stored.pop("__meta__", "{}")))

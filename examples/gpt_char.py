@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 import time
+import zipfile
 
 import numpy as np
 from tqdm import tqdm
@@ -122,8 +123,11 @@ def main(argv=None):
     if args.resume:
         if not os.path.exists(args.checkpoint):
             sys.exit(f"--resume: {args.checkpoint} does not exist (train once without --resume first)")
-        meta = nn.load_meta(args.checkpoint)
-        if not {"vocab", "step", "config"} <= set(meta):
+        try:
+            meta = nn.load_meta(args.checkpoint)
+        except (OSError, ValueError, zipfile.BadZipFile) as e:
+            sys.exit(f"--resume: cannot read {args.checkpoint}: {e}")
+        if not {"vocab", "step", "config"} <= set(meta) or set(meta["config"]) != set(MODEL_FLAGS):
             sys.exit(f"--resume: {args.checkpoint} is not a gpt_char checkpoint")
         changed = [k for k in MODEL_FLAGS if getattr(args, k) != meta["config"][k]]
         if changed:

@@ -88,6 +88,9 @@ def test_gpt_char_trains_resumes_and_samples(tmp_path, capsys):
     assert nn.load_meta(ck)["step"] == 35
     with pytest.raises(SystemExit, match="does not exist"):
         gpt_char.main(flags + ["--resume", "--checkpoint", str(tmp_path / "missing.npz")])
+    (tmp_path / "junk.npz").write_bytes(b"not a checkpoint")
+    with pytest.raises(SystemExit, match="cannot read"):
+        gpt_char.main(flags + ["--resume", "--checkpoint", str(tmp_path / "junk.npz")])
 
 
 def test_shipped_text_encodes():
