@@ -57,15 +57,15 @@ class Emitter:
         return mathfns.tanh(self, x)
 
     def pow(self, x, y):
-        if isinstance(y, ir.Constant):  # common literal exponents need no libm call
-            if y.constant == 2.0:
-                return self.mul(x, x)
-            if y.constant == 1.0:
-                return x
-            if y.constant == 0.5:
+        if isinstance(y, ir.Constant):  # literal exponents: multiplications, no libm call
+            n = y.constant
+            if n == 0.5:
                 return self.sqrt(x)
-            if y.constant == -1.0:
-                return self.div(const(x.type, 1), x)
+            if n == int(n) and 0 < abs(n) <= 4:
+                r = x
+                for _ in range(int(abs(n)) - 1):
+                    r = self.mul(r, x)
+                return r if n > 0 else self.div(const(x.type, 1), r)
         return self.call("llvm.pow", x, y)
 
     def max(self, x, y):

@@ -81,10 +81,11 @@ class Loaded:
     An engine owns the target machine it is given (and frees it with itself), so each gets its own.
     """
 
-    def __init__(self, obj, symbol):
+    def __init__(self, obj, symbols):
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         self.engine.finalize_object()
-        self.address = self.engine.get_function_address(symbol)
-        if not self.address:
-            raise RuntimeError(f"symbol {symbol} not found in object code")
+        self.addresses = {s: self.engine.get_function_address(s) for s in symbols}
+        missing = [s for s, a in self.addresses.items() if not a]
+        if missing:
+            raise RuntimeError(f"symbols {missing} not found in object code")

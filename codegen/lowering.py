@@ -1,6 +1,7 @@
 """The whole step as one LLVM module: `i32 burjit_step(ptr argv)`.
 
-argv holds the buffer pointers [inputs..., outputs..., arena]. The function runs the
+argv holds the buffer pointers [inputs..., outputs..., arena]; `burjit_entry(inputs, outputs,
+arena)` builds it from Python lists of numpy arrays when `offsets` (abi.py) are known. The step runs the
 schedule's kernels in order over the memory plan (passes/memplan.py), then copies each output
 to its destination, and returns 0, or 1 + i for error i of `Lowering.errors` (an index out of
 range) before anything a caller can see was written:
@@ -28,6 +29,7 @@ from .program import Program
 from .types import I1, I8, I32, I64, ITEMSIZE, declare
 
 SYMBOL = "burjit_step"
+ENTRY = "burjit_entry"
 PTR = ir.PointerType()
 _INLINE_SOURCES = ("const", "iota")
 
@@ -37,8 +39,8 @@ def _align(n):
 
 
 class Lowering:
-    def __init__(self, graph, poison=False):
-        self.graph, self.poison = graph, poison
+    def __init__(self, graph, poison=False, offsets=None):
+        self.graph, self.poison, self.offsets = graph, poison, offsets
         self.plan = graph.meta["memory"]
         self.schedule = graph.meta["schedule"]
         self.n_in, self.n_out = len(graph.inputs), len(graph.outputs)
@@ -153,7 +155,26 @@ class Lowering:
             else:
                 self._memcpy(b, self._main_ptr(b, dst), self._main_ptr(b, src), self.graph.nbytes(n))
         b.ret(I32(0))
+        if self.offsets:
+            self._entry(fn)
         return self.mod
+
+    def _entry(self, step):
+        """`i32 burjit_entry(list inputs, list outputs, ptr arena)`: argv from the lists' arrays."""
+        list_items, array_data = self.offsets
+        fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR, PTR, PTR]), name=ENTRY)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        argv = b.alloca(PTR, size=I64(self.arena_slot + 1))
+        slot = 0
+        for lst, count in zip(fn.args[:2], (self.n_in, self.n_out)):
+            items = b.load(b.gep(lst, [I64(list_items)], source_etype=I8), typ=PTR)
+            for k in range(count):
+                obj = b.load(b.gep(items, [I64(k)], source_etype=PTR), typ=PTR)
+                data = b.load(b.gep(obj, [I64(array_data)], source_etype=I8), typ=PTR)
+                b.store(data, b.gep(argv, [I64(slot)], source_etype=PTR))
+                slot += 1
+        b.store(fn.args[2], b.gep(argv, [I64(slot)], source_etype=PTR))
+        b.ret(b.call(step, [argv]))
 
     def _main_ptr(self, b, ref):
         if ref[0] == "global":

@@ -22,16 +22,18 @@ import numpy as np
 
 from burjit.passes import pipeline
 
-from . import cache, engine
-from .lowering import SYMBOL, Lowering
+from . import abi, cache, engine
+from .lowering import ENTRY, SYMBOL, Lowering
 
-_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
+_STEP = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
+_ENTRY = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object, ctypes.py_object, ctypes.c_void_p)
 
 
 class NativeExecutable:
     def __init__(self, graph):
         self.graph = graph = pipeline.prepare(graph)
-        self.lowering = low = Lowering(graph, poison=os.environ.get("BURJIT_POISON_ARENA") == "1")
+        self.lowering = low = Lowering(graph, poison=os.environ.get("BURJIT_POISON_ARENA") == "1",
+                                       offsets=abi.OFFSETS)
         self.key = cache.key(_key_parts(graph, low))
         self._ir = {}
         obj = cache.load(self.key)
@@ -39,8 +41,9 @@ class NativeExecutable:
         if obj is None:
             obj = engine.emit_object(self._module(optimized=True))
             cache.store(self.key, obj)
-        self._loaded = engine.Loaded(obj, SYMBOL)
-        self._fn = _SIGNATURE(self._loaded.address)
+        self._loaded = engine.Loaded(obj, (SYMBOL, ENTRY) if low.offsets else (SYMBOL,))
+        self._step = _STEP(self._loaded.addresses[SYMBOL])
+        self._entry = _ENTRY(self._loaded.addresses[ENTRY]) if low.offsets else None
         if os.environ.get("BURJIT_DUMP_DIR"):
             self.dump(os.environ["BURJIT_DUMP_DIR"])
         self._prepare_calls()
@@ -50,30 +53,17 @@ class NativeExecutable:
         g, low = self.graph, self.lowering
         self._argv = (ctypes.c_void_p * (low.arena_slot + 1))()
         self._arena = np.zeros(low.arena_bytes + 64, dtype=np.uint8)
-        self._argv[low.arena_slot] = -(-self._arena.ctypes.data // 64) * 64  # 64-byte aligned start
-        self._outs = [(j, g[n]["shape"], g[n]["dtype"]) for j, n in enumerate(g.outputs) if j not in g.aliases]
-        self._aliases = sorted(g.aliases.items())
+        self._arena_ptr = self._argv[low.arena_slot] = -(-self._arena.ctypes.data // 64) * 64  # aligned
+        self._outs = [(g[n]["shape"], np.dtype(g[n]["dtype"]), g.aliases.get(j)) for j, n in enumerate(g.outputs)]
         self._n_in = low.n_in
+        if low.static_error or low.backup or not low.offsets:
+            self.__class__ = _CheckedExecutable
 
     def __call__(self, inputs):
-        low = self.lowering
-        if low.static_error:
-            raise IndexError(low.static_error)
-        argv, n_in = self._argv, self._n_in
-        for k, a in enumerate(inputs):
-            argv[k] = a.ctypes.data
-        outs = [None] * low.n_out
-        for j, shape, dtype in self._outs:
-            o = outs[j] = np.empty(shape, dtype)
-            argv[n_in + j] = o.ctypes.data
-        for j, k in self._aliases:
-            outs[j] = inputs[k]
-            argv[n_in + j] = argv[k]
-        saved = [(k, inputs[k].copy()) for k in low.backup]
-        rc = self._fn(argv)
+        """Run the step: the lean path (no staging, no constant-index error, list ABI known)."""
+        outs = [np.empty(s, d) if k is None else inputs[k] for s, d, k in self._outs]
+        rc = self._entry(inputs if type(inputs) is list else list(inputs), outs, self._arena_ptr)
         if rc:
-            for k, old in saved:
-                np.copyto(inputs[k], old)
             raise IndexError(self._message(rc, inputs))
         return outs
 
@@ -91,9 +81,9 @@ class NativeExecutable:
     # -- inspection -----------------------------------------------------------------------------
     def _module(self, optimized):
         """A fresh llvmlite.binding module of the step (optimised at O3 or as emitted)."""
-        if "raw" not in self._ir:
-            self._ir["raw"] = str(self.lowering.module(*engine.triple_and_layout()))
-        mod = engine.parse(self._ir["raw"])
+        if "emitted" not in self._ir:
+            self._ir["emitted"] = str(self.lowering.module(*engine.triple_and_layout()))
+        mod = engine.parse(self._ir["emitted"])
         return engine.optimise(mod) if optimized else mod
 
     def llvm_ir(self, optimized=True):
@@ -122,6 +112,28 @@ class NativeExecutable:
         (d / f"{self.key[:16]}.s").write_text(self.asm())
 
 
+class _CheckedExecutable(NativeExecutable):
+    """The general call path: constant-index errors, restoring donated buffers, no list ABI."""
+
+    def __call__(self, inputs):
+        low = self.lowering
+        if low.static_error:
+            raise IndexError(low.static_error)
+        outs = [np.empty(s, d) if k is None else inputs[k] for s, d, k in self._outs]
+        argv, n_in = self._argv, self._n_in
+        for k, a in enumerate(inputs):
+            argv[k] = a.ctypes.data
+        for j, o in enumerate(outs):
+            argv[n_in + j] = o.ctypes.data
+        saved = [(k, inputs[k].copy()) for k in low.backup]
+        rc = self._step(argv)
+        if rc:
+            for k, old in saved:
+                np.copyto(inputs[k], old)
+            raise IndexError(self._message(rc, inputs))
+        return outs
+
+
 def _round(n):
     return -(-n // 64) * 64
 
@@ -130,7 +142,7 @@ def _key_parts(graph, low):
     plan = graph.meta["memory"]
     literals = sorted((n, graph[n]["attrs"]["value"]._key) for n in graph.nx.nodes if graph[n]["op"] == "literal")
     return (graph.fingerprint(), [tuple(g) for g in graph.meta["schedule"]], sorted(plan.location.items()),
-            plan.arena_bytes, literals, low.poison, engine.host_identity())
+            plan.arena_bytes, literals, low.poison, low.offsets, engine.host_identity())
 
 
 def build(graph):

@@ -28,6 +28,9 @@ class Program:
         self._memo = {}
         self.identity = loops.identity_forms(self.domain)
         self.rank = len(self.domain)
+        for n in group:  # in (topological) group order, so value() recursion stays shallow
+            if P.PRIMITIVES[self.g[n]["op"]].kind != "reduce":
+                self.value(n)
 
     # -- building -----------------------------------------------------------------------------
     def _add(self, key, entry):

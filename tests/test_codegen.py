@@ -1,0 +1,259 @@
+"""Native code against the reference evaluator: every op, fused kernel forms, matmul, math functions,
+random graphs, and the shape of the emitted IR (vector loops, straight-line scalar code)."""
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import burjit
+from burjit import ops as F
+from burjit.codegen import build
+from burjit.passes import memplan, schedule
+
+TOL = {"float64": dict(rtol=1e-12, atol=1e-12), "float32": dict(rtol=2e-5, atol=2e-6)}
+PASS_CONFIGS = {"default": None, "unfused": ["simplify"], "none": []}
+
+
+def traced(fn, *args):
+    return burjit.compile(fn, backend="reference", passes=[]).graph(*args)
+
+
+def with_groups(graph, groups):
+    """graph lowered with hand-made fusion groups and the naive plan."""
+    g = graph.copy()
+    g.meta["groups"] = [tuple(x) for x in groups]
+    return build(memplan.naive(schedule.schedule(g)))
+
+
+def compare(fn, *args, passes=None, tol=None):
+    """Run fn natively and on the reference backend; assert equal outputs."""
+    want = burjit.compile(fn, backend="reference")(*[np.copy(a) for a in args])
+    got = burjit.compile(fn, backend="native", passes=passes)(*args)
+    for w, g in zip(burjit.pytree.flatten(want)[0], burjit.pytree.flatten(got)[0], strict=True):
+        w, g = np.asarray(w), np.asarray(g)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, **(tol or TOL[str(w.dtype)]))
+        else:
+            np.testing.assert_array_equal(g, w)
+    return got
+
+
+def _data(dtype, shape, seed=0, lo=-2.0, hi=2.0):
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith("int"):
+        return rng.integers(-5, 6, size=shape).astype(dtype)
+    return rng.uniform(lo, hi, size=shape).astype(dtype)
+
+
+# -- every elementwise op -------------------------------------------------------------------------
+
+UNARY = {"neg": F.negative, "abs": F.abs, "sign": F.sign, "exp": F.exp, "tanh": F.tanh, "sigmoid": F.sigmoid,
+         "log": lambda x: F.log(F.abs(x) + 0.1), "sqrt": lambda x: F.sqrt(F.abs(x)), "square": F.square,
+         "relu": F.relu, "gelu": F.gelu, "softplus": F.softplus}
+BINARY = {"add": F.add, "sub": F.subtract, "mul": F.multiply, "div": lambda x, y: x / (F.abs(y) + 0.5),
+          "pow": lambda x, y: F.power(F.abs(x) + 0.1, y), "pow2": lambda x, y: x ** 2.0, "max": F.maximum,
+          "min": F.minimum, "lt": F.less, "le": F.less_equal, "gt": F.greater, "ge": F.greater_equal,
+          "eq": F.equal, "ne": F.not_equal, "where": lambda x, y: F.where(x > y, x, y * 2.0),
+          "and": lambda x, y: F.logical_and(x > 0, y > 0), "or": lambda x, y: F.logical_or(x > 0, y > 0),
+          "not": lambda x, y: F.logical_not(x > y)}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("passes", ["default", "none"])
+def test_elementwise_float_ops(dtype, passes):
+    x, y = _data(dtype, (37,), 1), _data(dtype, (37,), 2)
+    y[::5] = x[::5]  # ties for eq/le/ge/max
+    compare(lambda x, y: {**{k: f(x) for k, f in UNARY.items()}, **{k: f(x, y) for k, f in BINARY.items()}},
+            x, y, passes=PASS_CONFIGS[passes])
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_elementwise_int_ops_and_converts(dtype):
+    x, y = _data(dtype, (3, 5), 3), _data(dtype, (3, 5), 4)
+    ops = {"add": F.add, "sub": F.subtract, "mul": F.multiply, "max": F.maximum, "min": F.minimum,
+           "neg": lambda x, y: -x, "abs": lambda x, y: F.abs(x), "sign": lambda x, y: F.sign(x),
+           "lt": F.less, "eq": F.equal, "ne": F.not_equal, "where": lambda x, y: F.where(x > y, x, y),
+           "to_f32": lambda x, y: F.astype(x, "float32"), "to_f64": lambda x, y: F.astype(y, "float64"),
+           "to_bool": lambda x, y: F.astype(x, "bool"), "to_other_int": lambda x, y: F.astype(x, "int32" if dtype == "int64" else "int64"),
+           "bool_to_int": lambda x, y: F.astype(x > y, dtype), "float_to_int": lambda x, y: F.astype(F.astype(x, "float64") * 1.7, dtype)}
+    compare(lambda x, y: {k: f(x, y) for k, f in ops.items()}, x, y)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_math_functions_at_special_and_extreme_arguments(dtype):
+    """exp/log/tanh are our own polynomials: check the whole range, with numpy's inf/nan/0 results."""
+    tiny = np.finfo(dtype).tiny
+    wide = np.concatenate([np.linspace(-50, 50, 2001), np.geomspace(1e-30, 1e3, 500), -np.geomspace(1e-30, 1e3, 500)])
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 700.0, 709.7, 710.0, -740.0, -745.0,
+                        -750.0, 88.0, 89.0, -103.0, -110.0, 1e-300, tiny, tiny / 4])
+    x = np.concatenate([wide, special]).astype(dtype)
+    pos = np.concatenate([np.geomspace(float(tiny) / 1024, 1e30, 3000), [0.0, -1.0, np.inf, np.nan, 1.0, 0.5, 2.0]])
+    pos = pos.astype(dtype)
+    with np.errstate(all="ignore"):
+        want = {"exp": np.exp(x), "tanh": np.tanh(x), "log": np.log(pos)}
+    got = burjit.compile(lambda x, p: {"exp": F.exp(x), "tanh": F.tanh(x), "log": F.log(p)})(x, pos)
+    ulp = {"float64": 4e-16, "float32": 2.4e-7}[dtype]
+    for k in want:
+        w, g = want[k], got[k]
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=k)
+        np.testing.assert_array_equal(np.isinf(g), np.isinf(w), err_msg=k)
+        ok = np.isfinite(w)
+        denorm = np.abs(w) < np.finfo(dtype).tiny  # subnormal results: absolute, not relative, accuracy
+        np.testing.assert_allclose(g[ok & ~denorm], w[ok & ~denorm], rtol=8 * ulp, atol=0, err_msg=k)
+        np.testing.assert_allclose(g[ok & denorm], w[ok & denorm], rtol=0, atol=2 * float(np.finfo(dtype).smallest_subnormal), err_msg=k)
+
+
+# -- reductions, data movement, gather/scatter ------------------------------------------------------
+
+@settings(max_examples=12)
+@given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), data=st.data(),
+       dtype=st.sampled_from(["float64", "float32", "int64"]))
+def test_reductions(shape, data, dtype):
+    axes = tuple(sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
+    x = _data(dtype, tuple(shape), 5)
+    compare(lambda x: (F.sum(x, axes), F.max(x, axes), F.sum(F.exp(F.astype(x, "float64") * 0.1), axes)), x)
+
+
+def test_fused_softmax_and_logsumexp_rows_and_columns():
+    x = _data("float32", (7, 33), 6, -30, 30)
+    compare(lambda x: (F.softmax(x, -1), F.softmax(x, 0), F.logsumexp(x, -1), F.log_softmax(x, 0)), x)
+
+
+def test_data_movement():
+    x = _data("float64", (3, 4, 5), 7)
+    compare(lambda x: {"t": F.transpose(x, (2, 0, 1)), "rev": x[::-1, :, ::2], "slice": x[1:, 1:3, 4],
+                       "bcast": F.broadcast_to(x[:, :1, :], (2, 3, 4, 5)), "reshape": F.reshape(F.transpose(x), (20, 3)),
+                       "concat": F.concatenate([x, x * 2.0, x[:, :1]], 1), "iota": F.arange(6, "int32"),
+                       "onehot": F.one_hot(F.minimum(F.arange(4), 2), 5)}, x)
+    for passes in PASS_CONFIGS.values():
+        compare(lambda x: burjit.grad(lambda x: F.sum(x[::-1, 1:3] * x[::-1, 1:3]) + F.sum(F.concatenate([x, x], 2)))(x),
+                x, passes=passes)
+
+
+@pytest.mark.parametrize("idx_dtype", ["int32", "int64"])
+def test_gather_and_scatter_add(idx_dtype):
+    table = _data("float32", (10, 3, 2), 8)
+    idx = np.array([[0, 9, 3], [3, 3, 1]], dtype=idx_dtype)  # repeats accumulate in the adjoint
+    compare(lambda t, i, j: (F.take(t, i), burjit.grad(lambda t: F.sum(F.take(t, i) ** 2.0))(t), F.take(t, j, 1)),
+            table, idx, idx % 3)
+
+
+# -- matmul -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("mkn", [(1, 1, 1), (3, 5, 7), (4, 8, 16), (16, 16, 16), (17, 33, 65), (64, 64, 64),
+                                 (5, 300, 40), (9, 0, 3)])
+def test_matmul_against_numpy(dtype, mkn):
+    m, k, n = mkn
+    a, b = _data(dtype, (m, k), 9), _data(dtype, (k, n), 10)
+    got = burjit.compile(lambda a, b: a @ b)(a, b)
+    tol = {"float64": 1e-12, "float32": 1e-5}[dtype]
+    np.testing.assert_allclose(got, a.astype("float64") @ b.astype("float64"), rtol=tol, atol=tol * max(k, 1))
+
+
+def test_batched_matmul_and_its_gradients():
+    a, b = _data("float64", (2, 3, 9, 5), 11), _data("float64", (2, 3, 5, 6), 12)
+    compare(lambda a, b: burjit.value_and_grad(lambda a, b: F.sum(F.tanh(a @ b)), argnums=(0, 1))(a, b), a, b)
+
+
+# -- random graphs ------------------------------------------------------------------------------------
+
+_UNARY_R = [F.tanh, F.exp, F.sigmoid, F.relu, F.negative, lambda u: u * u, lambda u: F.log(1.0 + u * u)]
+_BINARY_R = [F.add, F.subtract, F.multiply, F.maximum, lambda u, v: u / (1.0 + v * v)]
+
+
+def _broadcastable(a, b):
+    try:
+        np.broadcast_shapes(a, b)
+    except ValueError:
+        return False
+    return True
+
+
+@settings(max_examples=15)
+@given(ops=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 30), st.integers(0, 30)), min_size=1, max_size=12),
+       passes=st.sampled_from(sorted(PASS_CONFIGS)))
+def test_random_graphs_with_gradients(ops, passes):
+    def loss(x, w):
+        pool = [x, w, F.sum(x, 0, keepdims=True), F.max(w, 1, keepdims=True)]
+        for kind, i, j in ops:
+            u, v = pool[i % len(pool)], pool[j % len(pool)]
+            if kind == 1 and not _broadcastable(u.shape, v.shape):
+                continue
+            if kind == 0:
+                pool.append(_UNARY_R[j % len(_UNARY_R)](u))
+            elif kind == 1:
+                pool.append(_BINARY_R[i % len(_BINARY_R)](u, v))
+            elif kind == 2:
+                pool.append(F.sum(u, j % 2, keepdims=True) if u.ndim else u)
+            elif kind == 3:
+                pool.append(F.tanh(u @ F.transpose(w)) if u.shape[-1] == 4 else F.softmax(u, -1))
+            else:
+                pool.append(F.transpose(u) * 0.5 if u.shape[0] == u.shape[-1] else F.broadcast_to(u, (3, 4)) + 0.0)
+        return F.sum(pool[-1]) + F.sum(pool[-2] if pool[-2].shape else pool[-2]) * 0.1
+    x, w = _data("float64", (3, 4), 13), _data("float64", (3, 4), 14)
+    compare(lambda x, w: burjit.value_and_grad(loss, argnums=(0, 1))(x, w), x, w, passes=PASS_CONFIGS[passes],
+            tol=dict(rtol=1e-10, atol=1e-10))
+
+
+# -- hand-made kernel forms -----------------------------------------------------------------------------
+
+def _nodes(graph, *ops):
+    return [n for n in graph.topo() if graph[n]["op"] in ops]
+
+
+def test_elementwise_group_reads_broadcast_operands_through_index_maps():
+    x, b = _data("float64", (4, 5), 15), _data("float64", (5,), 16)
+    g = traced(lambda x, b: F.exp(x + b) * 2.0, x, b)
+    group = _nodes(g, "broadcast_to", "add", "exp", "mul")
+    exe = with_groups(g, [group])
+    assert len(exe.graph.meta["schedule"]) == 1
+    np.testing.assert_allclose(exe([x, b])[0], np.exp(x + b) * 2.0, rtol=1e-14)
+
+
+def test_reduction_group_with_elementwise_prologue():
+    x = _data("float32", (6, 40), 17)
+    g = traced(lambda x: F.sum(F.exp(x - F.max(x, 1, keepdims=True)), 1), x)
+    reduce_max = _nodes(g, "reduce_max")
+    rest = [n for n in g.topo() if g[n]["op"] not in ("input", "const", "iota", "literal") and n not in reduce_max]
+    exe = with_groups(g, [reduce_max, rest])
+    want = np.sum(np.exp(x - x.max(1, keepdims=True)), 1)
+    np.testing.assert_allclose(exe([x])[0], want, rtol=1e-5)
+    kernels = re.findall(r"define internal i32 @k\d+", exe.llvm_ir(optimized=False))
+    assert len(kernels) == 2
+
+
+def test_scalar_graph_in_one_group_is_straight_line_code():
+    expression = __import__("runpy").run_path("examples/micrograd_expr.py")["expression"]
+    a, b = np.asarray(-4.0), np.asarray(2.0)
+    g = traced(burjit.value_and_grad(expression, argnums=(0, 1)), a, b)
+    exe = with_groups(g, [[n for n in g.topo() if g[n]["op"] not in ("input", "const", "iota", "literal")]])
+    value, da, db = exe([a, b])
+    assert (round(float(value), 4), round(float(da), 4), round(float(db), 4)) == (24.7041, 138.8338, 645.5773)
+    step = exe.llvm_ir().split("define ")[1]
+    assert "burjit_step" in step and "br " not in step and "phi " not in step
+    assert not re.search(r"call .*@(?!llvm\.(maximum|minimum|fabs|sqrt|fma))", step)  # no libm calls
+
+
+def test_elementwise_loops_are_vectorised():
+    x = _data("float64", (1000,), 18)
+    step = burjit.compile(lambda x, y: F.exp(x) * y + F.tanh(y) - F.log(F.abs(x) + 1.0))
+    step(x, x)
+    assert re.search(r"<\d+ x double>", step.llvm_ir())
+    assert not re.search(r"<\d+ x double>", step.llvm_ir(optimized=False))
+    assert "call double @exp" not in step.llvm_ir() and "@tanh" not in step.llvm_ir()  # no libm calls
+    assert re.search(r"\bv\w+pd\b|\b\w+pd\b", step.asm())
+
+
+def test_large_scalar_graph_compiles():
+    def f(a, b):
+        x = a
+        for i in range(1500):
+            x = F.tanh(x * b + 0.1) if i % 50 == 0 else x * b + a - 0.5 * x
+        return x
+    compare(f, np.float64(0.3), np.float64(0.7))
