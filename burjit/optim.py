@@ -4,7 +4,8 @@ An optimizer is a pair of pure functions: `state = opt.init(params)` (numpy arra
 the step) and `params, state = opt.update(params, grads, state)` (inside it). Return both
 from the step and donate both (`donate_argnums=(0, 1)`) to update them in place. The step
 counter is a 0-d int64 array, not a Python int: a Python int would be a static value, baked
-into the graph, and every step would retrace.
+into the graph, and every step would retrace. For the same reason a learning-rate schedule
+passes lr into the step as a 0-d array and builds the optimizer there (optim.adamw(lr)).
 
     opt = optim.adamw(lr=3e-4)
     state = opt.init(params)
@@ -22,6 +23,7 @@ import numpy as np
 
 from . import ops as F
 from .pytree import flatten, tree_map
+from .tracer import Tracer
 
 __all__ = ["Optimizer", "sgd", "adam", "adamw", "clip_by_global_norm"]
 
@@ -35,16 +37,23 @@ def _zeros(params):
     return tree_map(np.zeros_like, params)
 
 
+def _as(x, p):
+    """A hyperparameter in p's dtype: a traced one (a schedule's lr, say) must not promote p."""
+    return F.astype(x, p.dtype) if isinstance(x, Tracer) else x
+
+
 def sgd(lr, momentum=0.0):
     """p -= lr * v with v = momentum * v + g (PyTorch's form); plain SGD when momentum is 0."""
-    if not momentum:
-        return Optimizer(lambda params: {},
-                         lambda params, grads, state: (tree_map(lambda p, g: p - lr * g, params, grads), state))
+
+    def init(params):
+        return {"v": _zeros(params)} if momentum else {}
 
     def update(params, grads, state):
+        if not momentum:
+            return tree_map(lambda p, g: p - _as(lr, p) * g, params, grads), state
         v = tree_map(lambda v, g: momentum * v + g, state["v"], grads)
-        return tree_map(lambda p, v: p - lr * v, params, v), {"v": v}
-    return Optimizer(lambda params: {"v": _zeros(params)}, update)
+        return tree_map(lambda p, v: p - _as(lr, p) * v, params, v), {"v": v}
+    return Optimizer(init, update)
 
 
 def adamw(lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01):
@@ -63,7 +72,7 @@ def adamw(lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01):
             m_hat = m / (1 - b1 ** tf)
             v_hat = v / (1 - b2 ** tf)
             u = m_hat / (F.sqrt(v_hat) + eps)
-            return p - lr * (u + weight_decay * p) if weight_decay else p - lr * u
+            return p - _as(lr, p) * (u + weight_decay * p if weight_decay else u)
         return tree_map(step, params, m, v), {"step": t, "m": m, "v": v}
     return Optimizer(init, update)
 

@@ -94,3 +94,22 @@ def test_clip_by_global_norm(max_norm):
     for got, g in zip(flatten(clipped)[0], leaves):
         assert got.dtype == g.dtype
         np.testing.assert_allclose(got, g * scale, rtol=1e-6)
+
+
+def test_traced_learning_rate_keeps_parameter_dtypes(backend):
+    """A schedule feeds lr as a float64 0-d input; float32 parameters must stay float32 (and in place)."""
+    step = burjit.compile(lambda p, s, g, lr: optim.adamw(lr, weight_decay=0.1).update(p, g, s),
+                          backend=backend, donate_argnums=(0, 1))
+    rng = np.random.default_rng(0)
+    params = _params(rng)
+    state = optim.adamw().init(params)
+    want, slots = [a.copy() for a in flatten(params)[0]], [{} for _ in range(2)]
+    for t, lr in enumerate([0.1, 0.05, 0.02], 1):
+        grads = _params(rng)
+        params, state = step(params, state, grads, np.array(lr))
+        for i, g in enumerate(flatten(grads)[0]):
+            want[i], slots[i] = np_adamw(lr, 0.9, 0.999, 1e-8, 0.1)(want[i], g, slots[i], t)
+    for got, w in zip(flatten(params)[0], want):
+        assert got.dtype == w.dtype
+        np.testing.assert_allclose(got, w, rtol=2e-5, atol=1e-6)
+    assert len(step._cache) == 1
