@@ -82,7 +82,16 @@ def _rewrite(g, n):
         a["attrs"]["perm"] = tuple(inner[p] for p in a["attrs"]["perm"])
         g.set_operand(n, 0, g.operands(xs[0])[0])
         return _rewrite(g, n)
+    if op == "transpose" and _keeps_element_order(g[xs[0]]["shape"], a["attrs"]["perm"]):
+        a["op"], a["attrs"] = "reshape", {"shape": a["shape"]}  # a view instead of a copy
+        return _rewrite(g, n)
     return None
+
+
+def _keeps_element_order(shape, perm):
+    """True when only axes of size 1 move (e.g. (16, 1) -> (1, 16)): the bytes stay as they are."""
+    moved = [p for p in perm if shape[p] != 1]
+    return moved == sorted(moved)
 
 
 def _is_noop_move(a):

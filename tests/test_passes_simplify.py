@@ -42,6 +42,13 @@ def test_chains_of_moves_collapse():
     assert out.outputs[1] == out.inputs[0]
 
 
+def test_transpose_that_only_moves_unit_axes_is_a_reshape():
+    out = _simplified(lambda x, y: (F.transpose(x), F.transpose(y, (1, 0, 2))), np.ones((5, 1)), np.ones((1, 2, 3)))
+    assert _ops(out) == ["reshape", "reshape"]
+    out = _simplified(lambda x: F.transpose(x, (2, 1, 0)), np.ones((2, 1, 3)))
+    assert _ops(out) == ["transpose"]
+
+
 def test_constant_subgraphs_fold_uniform_to_const_and_small_others_to_literal():
     def f(x):
         mask = F.reshape(F.arange(4), (4, 1)) >= F.reshape(F.arange(4), (1, 4))
