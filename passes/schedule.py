@@ -89,16 +89,16 @@ def _is_reshape(graph):
 
 def _greedy(graph, groups, group_of, dag):
     outputs = set(graph.outputs)
-    # Bytes a group allocates (its values read elsewhere), and per value the groups reading it.
+    # Arena bytes a group allocates (values read by other groups; outputs go to the caller's
+    # buffers and reshapes are views), and per such value the groups reading it.
     readers = {}
     alloc = [0] * len(groups)
     for i, grp in enumerate(groups):
         for n in grp:
             rs = {group_of[u] for u in graph.users(n)} - {i}
-            if rs or n in outputs:
-                alloc[i] += graph.nbytes(n)
             if rs and n not in outputs:
                 readers[n] = rs
+                alloc[i] += 0 if graph[n]["op"] == "reshape" else graph.nbytes(n)
     reads = [set() for _ in groups]
     for n, rs in readers.items():
         for r in rs:
