@@ -124,13 +124,18 @@ class CompiledFunction:
         return tuple(key), arrays
 
     def _check_donated(self, args, arrays):
-        ids = [id(a) for a in arrays]
-        if len(set(ids)) != len(ids):
-            raise ValueError("the same array is passed twice while one of its uses is donated")
+        """A donated buffer is overwritten in place, so it must not also be read as another input."""
+        uses = {}
+        for a in arrays:
+            uses[id(a)] = uses.get(id(a), 0) + 1
         for i in self.donate_argnums:
-            if i < len(args) and any(isinstance(x, np.ndarray) and not x.flags.writeable
-                                     for x in pytree.flatten(args[i])[0]):
-                raise ValueError(f"donated argument {i} has a read-only array")
+            for x in pytree.flatten(args[i])[0] if i < len(args) else ():
+                if isinstance(x, np.ndarray):
+                    if not x.flags.writeable:
+                        raise ValueError(f"donated argument {i} has a read-only array")
+                    if uses.get(id(x), 0) > 1:
+                        raise ValueError(f"an array of donated argument {i} is also passed elsewhere; "
+                                         "it would be overwritten while still being read")
 
     def _lower(self, args, arrays):
         from .passes import pipeline

@@ -50,7 +50,8 @@ class Lowering:
         self.backup = []         # donated input positions to restore when a computed index fails
         self._checks, self._fallible = [], {}
         self._classify_indices()
-        self.copies, self.arena_bytes = self._final_copies()
+        self.copies, self.status_offset = self._final_copies()
+        self.arena_bytes = self.status_offset + ALIGN  # plan, staging, then the entry's error code
 
     # -- buffers --------------------------------------------------------------------------------
     def ref(self, node):
@@ -118,14 +119,14 @@ class Lowering:
             if src != dst:
                 copies.append([src, dst, n])
                 dests.add(dst)
-        offset = _align(self.plan.arena_bytes)
+        offset = start = _align(self.plan.arena_bytes)
         staged = []
         for c in copies:
             if c[0] in dests:
                 staged.append((c[0], ("arg", self.arena_slot, offset), c[2]))
                 c[0] = staged[-1][1]
                 offset += _align(g.nbytes(c[2]))
-        self._staged = staged
+        self._staged, self.staging_bytes = staged, offset - start
         return [tuple(c) for c in copies], offset
 
     # -- emission -------------------------------------------------------------------------------
@@ -160,21 +161,33 @@ class Lowering:
         return self.mod
 
     def _entry(self, step):
-        """`i32 burjit_entry(list inputs, list outputs, ptr arena)`: argv from the lists' arrays."""
+        """`burjit_entry(self, args, nargs)`, a METH_FASTCALL builtin called with (inputs, outputs,
+        arena): argv from the lists' arrays; returns the outputs list, or on an error the inputs
+        list with the code stored at `status_offset` of the arena (a new reference either way)."""
         list_items, array_data = self.offsets
-        fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR, PTR, PTR]), name=ENTRY)
+        fn = ir.Function(self.mod, ir.FunctionType(PTR, [PTR, PTR, I64]), name=ENTRY)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        args = [b.load(b.gep(fn.args[1], [I64(k)], source_etype=PTR), typ=PTR) for k in range(3)]
+
+        def field(obj, offset):
+            return b.load(b.gep(obj, [I64(offset)], source_etype=I8), typ=PTR)
         argv = b.alloca(PTR, size=I64(self.arena_slot + 1))
         slot = 0
-        for lst, count in zip(fn.args[:2], (self.n_in, self.n_out)):
-            items = b.load(b.gep(lst, [I64(list_items)], source_etype=I8), typ=PTR)
+        for lst, count in zip(args[:2], (self.n_in, self.n_out)):
+            items = field(lst, list_items)
             for k in range(count):
-                obj = b.load(b.gep(items, [I64(k)], source_etype=PTR), typ=PTR)
-                data = b.load(b.gep(obj, [I64(array_data)], source_etype=I8), typ=PTR)
-                b.store(data, b.gep(argv, [I64(slot)], source_etype=PTR))
+                b.store(field(b.load(b.gep(items, [I64(k)], source_etype=PTR), typ=PTR), array_data),
+                        b.gep(argv, [I64(slot)], source_etype=PTR))
                 slot += 1
-        b.store(fn.args[2], b.gep(argv, [I64(slot)], source_etype=PTR))
-        b.ret(b.call(step, [argv]))
+        arena = field(args[2], array_data)
+        b.store(arena, b.gep(argv, [I64(slot)], source_etype=PTR))
+        rc = b.call(step, [argv])
+        failed = b.icmp_unsigned("!=", rc, I32(0))
+        with b.if_then(failed):
+            b.store(rc, b.gep(arena, [I64(self.status_offset)], source_etype=I8))
+        result = b.select(failed, args[0], args[1])
+        b.store(b.add(b.load(result, typ=I64), I64(1)), result)  # Py_INCREF (lists are never immortal)
+        b.ret(result)
 
     def _main_ptr(self, b, ref):
         if ref[0] == "global":

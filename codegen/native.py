@@ -26,7 +26,6 @@ from . import abi, cache, engine
 from .lowering import ENTRY, SYMBOL, Lowering
 
 _STEP = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
-_ENTRY = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object, ctypes.py_object, ctypes.c_void_p)
 
 
 class NativeExecutable:
@@ -43,7 +42,7 @@ class NativeExecutable:
             cache.store(self.key, obj)
         self._loaded = engine.Loaded(obj, (SYMBOL, ENTRY) if low.offsets else (SYMBOL,))
         self._step = _STEP(self._loaded.addresses[SYMBOL])
-        self._entry = _ENTRY(self._loaded.addresses[ENTRY]) if low.offsets else None
+        self._entry = abi.Builtin(self._loaded.addresses[ENTRY], ENTRY) if low.offsets else None
         if os.environ.get("BURJIT_DUMP_DIR"):
             self.dump(os.environ["BURJIT_DUMP_DIR"])
         self._prepare_calls()
@@ -52,19 +51,24 @@ class NativeExecutable:
     def _prepare_calls(self):
         g, low = self.graph, self.lowering
         self._argv = (ctypes.c_void_p * (low.arena_slot + 1))()
-        self._arena = np.zeros(low.arena_bytes + 64, dtype=np.uint8)
-        self._arena_ptr = self._argv[low.arena_slot] = -(-self._arena.ctypes.data // 64) * 64  # aligned
-        self._outs = [(g[n]["shape"], np.dtype(g[n]["dtype"]), g.aliases.get(j)) for j, n in enumerate(g.outputs)]
-        self._n_in = low.n_in
+        raw = np.zeros(low.arena_bytes + 64, dtype=np.uint8)
+        start = -raw.ctypes.data % 64
+        self._arena = raw[start:start + low.arena_bytes]  # 64-byte aligned
+        self._argv[low.arena_slot] = self._arena.ctypes.data
+        self._status = self._arena[low.status_offset:low.status_offset + 4].view(np.int32)
+        self._new_outputs = _output_maker(g)
         if low.static_error or low.backup or not low.offsets:
             self.__class__ = _CheckedExecutable
+        else:
+            self._call = self._entry.function
 
     def __call__(self, inputs):
-        """Run the step: the lean path (no staging, no constant-index error, list ABI known)."""
-        outs = [np.empty(s, d) if k is None else inputs[k] for s, d, k in self._outs]
-        rc = self._entry(inputs if type(inputs) is list else list(inputs), outs, self._arena_ptr)
-        if rc:
-            raise IndexError(self._message(rc, inputs))
+        """Run the step: the lean path (no staging, no constant-index error, object layouts known)."""
+        if type(inputs) is not list:
+            inputs = list(inputs)
+        outs = self._new_outputs(inputs)
+        if self._call(inputs, outs, self._arena) is not outs:
+            raise IndexError(self._message(int(self._status[0]), inputs))
         return outs
 
     def _message(self, rc, inputs):
@@ -100,7 +104,7 @@ class NativeExecutable:
     def memory_plan(self):
         plan, low = self.graph.meta["memory"], self.lowering
         report = dict(plan.report())
-        report.update(arena_allocated=low.arena_bytes, staging_bytes=low.arena_bytes - _round(plan.arena_bytes),
+        report.update(arena_allocated=low.arena_bytes, staging_bytes=low.staging_bytes,
                       kernels=len(self.graph.meta["schedule"]), locations=dict(plan.location))
         return report
 
@@ -119,8 +123,8 @@ class _CheckedExecutable(NativeExecutable):
         low = self.lowering
         if low.static_error:
             raise IndexError(low.static_error)
-        outs = [np.empty(s, d) if k is None else inputs[k] for s, d, k in self._outs]
-        argv, n_in = self._argv, self._n_in
+        outs = self._new_outputs(inputs)
+        argv, n_in = self._argv, low.n_in
         for k, a in enumerate(inputs):
             argv[k] = a.ctypes.data
         for j, o in enumerate(outs):
@@ -134,8 +138,19 @@ class _CheckedExecutable(NativeExecutable):
         return outs
 
 
-def _round(n):
-    return -(-n // 64) * 64
+def _output_maker(graph):
+    """inputs -> the list of output arrays: fresh np.empty ones, donated inputs where aliased.
+
+    Generated as one list display: a comprehension over specs costs more than the allocations.
+    """
+    env, items = {"E": np.empty}, []
+    for j, n in enumerate(graph.outputs):
+        if j in graph.aliases:
+            items.append(f"i[{graph.aliases[j]}]")
+        else:
+            env[f"s{j}"], env[f"d{j}"] = graph[n]["shape"], np.dtype(graph[n]["dtype"])
+            items.append(f"E(s{j}, d{j})")
+    return eval(f"lambda i: [{', '.join(items)}]", env)  # noqa: S307 (names and ints only)
 
 
 def _key_parts(graph, low):

@@ -297,3 +297,12 @@ def test_unsupported_numpy_function_is_a_clear_error():
 def test_burjit_numpy_module():
     import burjit.numpy as bnp
     assert bnp.softmax is F.softmax
+
+
+def test_same_array_twice_is_fine_unless_donated():
+    step = burjit.compile(lambda p, a, b: (p + a * b, F.sum(a)), donate_argnums=0, backend="reference")
+    x = np.ones(2)
+    p, _ = step(np.zeros(2), x, x)
+    np.testing.assert_array_equal(p, [1.0, 1.0])
+    with pytest.raises(ValueError, match="donated argument 0"):
+        step(x, x, np.ones(2))

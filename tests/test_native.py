@@ -154,6 +154,23 @@ def test_outputs_that_are_constants_inputs_or_repeats():
     assert d1 is not d2 and t.dtype == bool and t.all()
 
 
+@pytest.mark.parametrize("layouts_known", [True, False])
+def test_fast_entry_and_portable_path_agree(layouts_known, monkeypatch):
+    from burjit.codegen import abi
+    if not layouts_known:
+        monkeypatch.setattr(abi, "OFFSETS", None)
+    elif abi.OFFSETS is None:
+        pytest.skip("this Python's object layouts were not recognised")
+    x, i = np.arange(6.0), np.array([5, 0])
+    exe = build(_graph(lambda t, i: (F.take(t, i) * 2.0, t + 1.0), x, i))
+    assert (type(exe) is NativeExecutable) == layouts_known
+    out = exe((x, i))
+    np.testing.assert_array_equal(out[0], [10.0, 0.0])
+    np.testing.assert_array_equal(out[1], x + 1.0)
+    with pytest.raises(IndexError, match="index 6 is out of range"):
+        exe([x, np.array([6])])
+
+
 # -- inspection -------------------------------------------------------------------------------
 
 def test_dump_dir_writes_ir_and_assembly(tmp_path, monkeypatch):
