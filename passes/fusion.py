@@ -38,35 +38,16 @@ def fuse(graph):
     for key in ("schedule", "memory"):
         graph.meta.pop(key, None)
     program = graph.topo()
-    copies = _one_broadcast_per_user(graph)
+    copies = _one_broadcast_per_kernel(graph)
     order = [m for n in program if graph[n]["op"] not in SOURCES for m in copies.get(n, []) + [n]]
-    level = _levels(graph, order)
-    klass = {}
-    for n in order:
-        loop = n if _loop_node(graph, n) else None
-        if loop is not None:
-            klass[n] = (level[n], graph[n]["shape"])
-        elif graph[n]["op"] in REDUCTIONS:
-            klass[n] = (level[n], graph[graph.operands(n)[0]]["shape"])
     pos = {n: i for i, n in enumerate(order)}
-    # Within a class, each node goes with the first reduction it feeds: along an edge the
-    # set of reductions fed only shrinks, so owners never decrease along an edge. A node that
-    # feeds none rides along with the last owner among its operands (owners still never
-    # decrease), or, reading none of them, with the class's plain elementwise rest.
-    owner, rest = {}, len(order)
-    for n in reversed(order):
-        if n in klass:
-            fed = [owner[v] for v in graph.users(n) if klass.get(v) == klass[n]]
-            owner[n] = pos[n] if graph[n]["op"] in REDUCTIONS else min(fed, default=rest)
-    for n in order:
-        if n in klass and owner[n] == rest:
-            owner[n] = max((owner[o] for o in graph.operands(n) if klass.get(o) == klass[n]), default=rest)
+    klass = _classes(graph, order)
+    owner, rest = _owners(graph, order, klass, pos), len(order)
     groups = {}
     for n in order:
-        key = (klass[n], owner[n]) if n in klass else n
-        groups.setdefault(key, []).append(n)
+        groups.setdefault((klass[n], owner[n]) if n in klass else n, []).append(n)
     pieces = []
-    for key, nodes in groups.items():
+    for nodes in groups.values():
         if nodes[0] in klass and owner[nodes[0]] == rest and klass[nodes[0]][1] != ():
             # Unrelated elementwise work stays apart, free to run when its operands are
             # ready; 0-d work becomes one straight-line block.
@@ -75,6 +56,37 @@ def fuse(graph):
             pieces.append(nodes)
     graph.meta["groups"] = _in_program_order(graph, pieces, pos)
     return graph
+
+
+def _classes(g, order):
+    """(level, loop shape) of every node that may share a loop; reductions take their input's shape."""
+    level = _levels(g, order)
+    klass = {}
+    for n in order:
+        if _loop_node(g, n):
+            klass[n] = (level[n], g[n]["shape"])
+        elif g[n]["op"] in REDUCTIONS:
+            klass[n] = (level[n], g[g.operands(n)[0]]["shape"])
+    return klass
+
+
+def _owners(g, order, klass, pos):
+    """Which reduction's kernel each classed node joins (len(order): none, the plain rest).
+
+    A node goes with the first reduction it feeds: along an edge the set of reductions fed
+    only shrinks, so owners never decrease along an edge and the kernels stay acyclic. A node
+    feeding none rides along with the last owner among its operands (owners still never
+    decrease), or, reading none of them, stays with the class's plain elementwise rest.
+    """
+    owner, rest = {}, len(order)
+    for n in reversed(order):
+        if n in klass:
+            fed = [owner[v] for v in g.users(n) if klass.get(v) == klass[n]]
+            owner[n] = pos[n] if g[n]["op"] in REDUCTIONS else min(fed, default=rest)
+    for n in order:
+        if n in klass and owner[n] == rest:
+            owner[n] = max((owner[o] for o in g.operands(n) if klass.get(o) == klass[n]), default=rest)
+    return owner
 
 
 def _in_program_order(g, pieces, pos):
@@ -87,16 +99,20 @@ def _in_program_order(g, pieces, pos):
     return [tuple(pieces[i]) for i in order]
 
 
-def _one_broadcast_per_user(g):
-    """Give every user of a broadcast_to its own copy: re-reading the small operand in each
-    kernel is free, while a shared broadcast would be stored at full size between kernels.
-    Returns {user: [its copies]}, to keep each copy next to its user in program order."""
+def _one_broadcast_per_kernel(g):
+    """Give every elementwise user of a broadcast_to its own copy: re-reading the small operand
+    in each kernel is free, while a shared broadcast would be stored at full size between
+    kernels. Users that cannot fuse it share the original. Returns {user: [its copies]}, to
+    keep each copy next to its user in program order."""
     copies = {}
     for n in [n for n in g.nx.nodes if g[n]["op"] == "broadcast_to"]:
         a, (x,) = g[n], g.operands(n)
-        for _, user, key in list(g.nx.out_edges(n, keys=True))[1:]:
+        users = g.users(n)
+        loop_users = [u for u in users if fusible(g, n, u)]
+        for user in loop_users[1:] if len(loop_users) == len(users) else loop_users:
             c = g.add("broadcast_to", [x], a["shape"], a["dtype"], a["attrs"], a["src"])
-            g.set_operand(user, key, c)
+            for _, _, key in [e for e in g.nx.out_edges(n, keys=True) if e[1] == user]:
+                g.set_operand(user, key, c)
             copies.setdefault(user, []).append(c)
     return copies
 

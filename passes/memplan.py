@@ -16,8 +16,9 @@ already lives there. Offsets are multiples of ALIGN bytes.
 An in-place update: a node at ("input", k) is written into the donated input k while the
 old value of input k may still be read by the writing kernel itself, elementwise at the same
 index (loads before stores in one iteration, see fusion). Every other reader of the old value
-runs earlier. Codegen must therefore check anything that can fail (gather indices) before the
-first kernel writes, so a failing step leaves the caller's buffers untouched.
+runs earlier. So that a failing step (a gather index out of range) still leaves the caller's
+buffers untouched, codegen checks what it can before the first kernel and restores the
+donated buffers placed here when a later check fails.
 
 `plan` reuses memory: liveness intervals over the schedule, then greedy-by-size placement
 (largest first, each at the best-fitting gap among the buffers live at the same time, as in

@@ -30,7 +30,7 @@ def unfused_groups(graph):
     return [(n,) for n in graph.topo() if graph[n]["op"] not in SOURCES]
 
 
-def value_readers(graph, n, is_view=lambda u: False):
+def value_readers(graph, n, is_view):
     """Nodes that read n's bytes: its users, where a view of n stands for the view's own readers."""
     out = []
     for u in graph.users(n):

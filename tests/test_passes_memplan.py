@@ -14,7 +14,7 @@ from burjit.jit import BACKENDS
 from burjit.passes import memplan, pipeline
 from burjit.passes.schedule import SOURCES
 
-from test_passes_programs import MODELS, model_graph, ops_lists, program, traced
+from test_passes_programs import CONFIGS, MODELS, model_graph, ops_lists, program, traced
 
 PLANS = {"plan": ["simplify", "fuse", "schedule", "memplan"], "naive": ["simplify", "fuse", "schedule"],
          "unfused": ["simplify", "memplan"]}
@@ -145,12 +145,12 @@ def test_reshape_is_a_view_of_its_operand():
     assert sorted(views.values()) == sorted([("view", op["exp"]), ("view", op["mul"])])
 
 
-def _native_matches_reference(step, args, donate, atol):
+def _native_matches_reference(step, args, donate, atol, passes=None):
     """Run step natively with a poisoned arena (NaN in every byte not yet written) and compare."""
     copy = burjit.pytree.tree_map(lambda a: np.array(a, copy=True), args)
     want = burjit.compile(step, backend="reference", donate_argnums=donate)(*copy)
     with mock.patch.dict(os.environ, {"BURJIT_POISON_ARENA": "1"}):
-        got = burjit.compile(step, backend="native", donate_argnums=donate)(*args)
+        got = burjit.compile(step, backend="native", donate_argnums=donate, passes=passes)(*args)
     for w, g in zip(burjit.pytree.flatten(want)[0], burjit.pytree.flatten(got)[0], strict=True):
         np.testing.assert_allclose(g, w, rtol=2e-4, atol=atol)
 
@@ -169,4 +169,5 @@ def test_poisoned_arena_matches_reference(name):
 @needs_native
 @given(ops_lists)
 def test_poisoned_arena_matches_reference_on_random_programs(ops):
-    _native_matches_reference(*program(ops), donate=0, atol=1e-9)
+    for names in CONFIGS:
+        _native_matches_reference(*program(ops), donate=0, atol=1e-9, passes=names)
