@@ -79,11 +79,14 @@ METHOD = """\
 """
 
 
-def markdown(meta, rows):
+def markdown(meta, rows, picture=None):
     lines = ["# burjit benchmarks", ""] + [f"- {h}" for h in header(meta)] + ["", "## Workloads"]
     lines += [f"- **{name}**: {text}" for name, text in meta.get("workloads", {}).items()]
     lines += ["", "## Results", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(c).replace("|", "/") for c in cells(r)) + " |" for r in rows]
+    if picture:
+        lines += ["", f"Time per step and peak RSS delta, log scale: `{picture}` beside this file.",
+                  "", f"![time per step and peak memory]({picture})"]
     return "\n".join(lines + ["", METHOD])
 
 

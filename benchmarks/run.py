@@ -136,7 +136,7 @@ def _alternate(live, rows, cmd, key, opts):
                 continue
             if r == 0:
                 ks[fw] = max(1, int(opts.round_time / max(s, 1e-9)))
-            else:
+            if r > 0 or ks[fw] == 1:  # a calibration of one step that stays at one step is a sample
                 samples[fw].append(s)
     for fw in list(live):
         if rows[fw]["status"] != "ok":
@@ -165,17 +165,18 @@ def parse(argv):
                     help="comma-separated frameworks (default: " + ",".join(frameworks.DEFAULT)
                     + " plus each workload's extras)")
     ap.add_argument("--dtype", choices=("float64", "float32", "both"), default="float64")
-    ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per request (default 90, quick 45)")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per request (default 60, quick 45)")
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 7, quick 3)")
     ap.add_argument("--round-time", type=float, default=None, help="seconds per framework per round (0.2, quick 0.03)")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds of steps after which a slow framework stops early (default 20, quick 5)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    ap.add_argument("--markdown", type=Path, default=None, help="also write this Markdown report (RESULTS.md)")
+    ap.add_argument("--markdown", type=Path, default=None,
+                    help="also write this Markdown report (RESULTS.md) and its plot beside it (RESULTS.png)")
     ap.add_argument("--keep-openblas-tuning", action="store_true",
                     help="keep OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the workers (dropped by default)")
     opts = ap.parse_args(argv)
-    opts.timeout = opts.timeout or (45.0 if opts.quick else 90.0)
+    opts.timeout = opts.timeout or (45.0 if opts.quick else 60.0)
     opts.rounds = opts.rounds or (3 if opts.quick else 7)
     opts.round_time = opts.round_time or (0.03 if opts.quick else 0.2)
     opts.budget = opts.budget or (5.0 if opts.quick else 20.0)
@@ -227,8 +228,10 @@ def main(argv=None):
     if report.plot(opts.out / "results.png", rows):
         wrote.append(opts.out / "results.png")
     if opts.markdown:
-        opts.markdown.write_text(report.markdown(meta, rows))
-        wrote.append(opts.markdown)
+        picture = opts.markdown.with_suffix(".png")
+        drawn = report.plot(picture, rows)
+        opts.markdown.write_text(report.markdown(meta, rows, picture.name if drawn else None))
+        wrote += [opts.markdown] + [picture] * drawn
     print("wrote " + ", ".join(str(p) for p in wrote), file=sys.stderr)
     return rows
 
