@@ -3,7 +3,8 @@
 The core computes an MR x NR block of C in vector registers (NR = NV vectors of W lanes):
 per k it loads NV vectors of B's row k, broadcasts MR elements of A's column k and issues
 MR * NV FMAs, so each loaded element is used MR or NV times. K is split into blocks of KC
-so the K x NR strip of B being reused stays in L1. Rows and columns that do not fill a
+and rows into panels of MC: a panel of A (MC x KC, in L2) meets every strip of B (KC x NR,
+in L1) in turn, and each strip serves the whole panel before the next is loaded. Rows and columns that do not fill a
 block go through a plain i-k-j loop (vectorised by LLVM along j), which is also what tiny
 products use. All shapes are static, so every bound is a constant.
 """
@@ -17,6 +18,7 @@ from .types import I32, I64, ITEMSIZE, REG, const, declare, mangle
 
 MR = 4
 KC = 256
+MC = 64
 
 
 def _layout(dtype, M, N):
@@ -62,8 +64,8 @@ def _blocks(b, e, ptrs, base, dtype, W, NV, Mb, Nb, K, N, k0, kc):
     def vptr(ptr, index):
         return b.gep(ptr, [index], inbounds=True, source_etype=ty)
 
-    def block(ij, _):
-        i0, j0 = b.mul(ij[0], I64(MR)), b.mul(ij[1], I64(NR))
+    def block(m0, ji, _):
+        i0, j0 = b.add(m0, b.mul(ji[1], I64(MR))), b.mul(ji[0], I64(NR))
         c_at = [[b.add(c0, b.add(b.mul(b.add(i0, I64(r)), I64(N)), b.add(j0, I64(v * W)))) for v in range(NV)]
                 for r in range(MR)]
         if k0 == 0:
@@ -87,7 +89,14 @@ def _blocks(b, e, ptrs, base, dtype, W, NV, Mb, Nb, K, N, k0, kc):
             for v in range(NV):
                 b.store(acc[r * NV + v], vptr(C, c_at[r][v]), align=ITEMSIZE[dtype])
         return ()
-    loops.nest(b, [Mb // MR, Nb // NR], block)
+
+    def panel(m0, rows):
+        loops.nest(b, [Nb // NR, rows // MR], lambda ji, _: block(m0, ji, _))
+    full, rest = divmod(Mb, MC)
+    if full:
+        loops.nest(b, [full], lambda p, _: (panel(b.mul(p[0], I64(MC)), MC), ())[1])
+    if rest:
+        panel(I64(full * MC), rest)
 
 
 def _ikj(b, e, ptrs, base, dtype, rows, cols, K, N):

@@ -147,7 +147,7 @@ def test_gather_and_scatter_add(idx_dtype):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("mkn", [(1, 1, 1), (3, 5, 7), (4, 8, 16), (16, 16, 16), (17, 33, 65), (64, 64, 64),
-                                 (5, 300, 40), (9, 0, 3)])
+                                 (5, 300, 40), (130, 260, 37), (9, 0, 3)])
 def test_matmul_against_numpy(dtype, mkn):
     m, k, n = mkn
     a, b = _data(dtype, (m, k), 9), _data(dtype, (k, n), 10)
