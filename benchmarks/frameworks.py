@@ -340,7 +340,8 @@ class Micrograd:
         self.xp = SimpleNamespace(
             relu=np.frompyfunc(Value.relu, 1, 1), exp=exp, log=log, softplus=lambda x: log(1.0 + exp(x)),
             sum=lambda x, axis=None, keepdims=False: np.sum(x, axis=axis, keepdims=keepdims),
-            mean=lambda x, axis=None, keepdims=False: np.mean(x, axis=axis, keepdims=keepdims),
+            mean=lambda x, axis=None, keepdims=False: (  # Value / numpy int would raise int ** -1
+                np.sum(x, axis=axis, keepdims=keepdims) * (1.0 / (x.size if axis is None else x.shape[axis]))),
             reshape=np.reshape, unstack=list)
         return _version("micrograd")
 

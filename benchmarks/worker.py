@@ -30,7 +30,7 @@ def serve(spec, send, requests):
     try:
         version = fw.load(spec["dtype"])
     except ImportError as e:
-        return send(status="missing", note=f"not installed ({e})")
+        return send(status="missing", note=f"cannot import: {e}")
     work = workloads.get(spec["workload"]).make(spec["case"], spec["dtype"])
     measure.reset_peak()
     base = measure.rss_bytes()
