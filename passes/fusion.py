@@ -14,7 +14,9 @@ One kernel loops once over the group's shape (for (c): the reduction's input sha
 evaluates its nodes per index. Any node of a group may be materialised (used by another
 group or a graph output): it is stored at its index in that same loop. Within one
 iteration every load of a value from outside the group happens before any store (an
-in-place update may write the buffer it reads, see memplan).
+in-place update may write the buffer it reads, see memplan). meta["copies"] maps each node
+fusion added to the node whose value it recomputes (cheap producers are recomputed in the
+kernels that read them rather than stored between kernels).
 
 How: every compute node gets a level such that along each edge u -> v the level grows by 0
 when u may stay inside v's kernel ("fusible") and by at least 1 otherwise; nodes are raised
@@ -37,9 +39,7 @@ def fuse(graph):
     graph = graph.copy()
     for key in ("schedule", "memory"):
         graph.meta.pop(key, None)
-    program = graph.topo()
-    copies = _one_broadcast_per_kernel(graph)
-    order = [m for n in program if graph[n]["op"] not in SOURCES for m in copies.get(n, []) + [n]]
+    order = [n for n in graph.topo() if graph[n]["op"] not in SOURCES]
     pos = {n: i for i, n in enumerate(order)}
     klass = _classes(graph, order)
     owner, rest = _owners(graph, order, klass, pos), len(order)
@@ -54,7 +54,7 @@ def fuse(graph):
             pieces.extend(sorted(c, key=pos.get) for c in nx.weakly_connected_components(graph.nx.subgraph(nodes)))
         else:
             pieces.append(nodes)
-    graph.meta["groups"] = _in_program_order(graph, pieces, pos)
+    graph.meta["groups"] = _recompute_cheap_producers(graph, _in_program_order(graph, pieces, pos))
     return graph
 
 
@@ -99,22 +99,75 @@ def _in_program_order(g, pieces, pos):
     return [tuple(pieces[i]) for i in order]
 
 
-def _one_broadcast_per_kernel(g):
-    """Give every elementwise user of a broadcast_to its own copy: re-reading the small operand
-    in each kernel is free, while a shared broadcast would be stored at full size between
-    kernels. Users that cannot fuse it share the original. Returns {user: [its copies]}, to
-    keep each copy next to its user in program order."""
-    copies = {}
-    for n in [n for n in g.nx.nodes if g[n]["op"] == "broadcast_to"]:
-        a, (x,) = g[n], g.operands(n)
-        users = g.users(n)
-        loop_users = [u for u in users if fusible(g, n, u)]
-        for user in loop_users[1:] if len(loop_users) == len(users) else loop_users:
-            c = g.add("broadcast_to", [x], a["shape"], a["dtype"], a["attrs"], a["src"])
-            for _, _, key in [e for e in g.nx.out_edges(n, keys=True) if e[1] == user]:
-                g.set_operand(user, key, c)
-            copies.setdefault(user, []).append(c)
-    return copies
+def _recompute_cheap_producers(g, pieces):
+    """Recompute, inside each later kernel of the same loop shape that reads it, a value whose
+    computation in its own kernel takes at most CONE nodes: re-reading its (few) operands
+    there costs less than storing it between the kernels, which for training is mostly from
+    the forward pass to the backward pass (GELU and layer-norm intermediates, broadcasts).
+    The copies are recorded in meta["copies"] (copy -> original). Kernel order stays valid:
+    the copies read only values the original's kernel read, all computed earlier."""
+    group_of = {n: i for i, p in enumerate(pieces) for n in p}
+    shape = [_loop_shape(g, p) for p in pieces]
+    outs, copies, replaced = set(g.outputs), g.meta.setdefault("copies", {}), []
+    for i in range(len(pieces)):
+        for n in [n for n in pieces[i] if _loop_node(g, n) and n not in outs]:
+            far = {}
+            for u in g.users(n):
+                if group_of[u] != i and shape[group_of[u]] == g[n]["shape"]:
+                    far.setdefault(group_of[u], []).append(u)
+            cone = _cone(g, n, group_of) if far else None
+            if cone is None:
+                continue
+            for h, users in far.items():
+                copy = {}
+                for m in cone:
+                    a = g[m]
+                    copy[m] = g.add(a["op"], [copy.get(o, o) for o in g.operands(m)], a["shape"], a["dtype"],
+                                    a["attrs"], a["src"])
+                    copies[copy[m]] = copies.get(m, m)
+                    group_of[copy[m]] = h
+                pieces[h] = tuple(copy[m] for m in cone) + pieces[h]  # read only outside values: go first
+                for u in users:
+                    for _, _, key in [e for e in g.nx.out_edges(n, keys=True) if e[1] == u]:
+                        g.set_operand(u, key, copy[n])
+            replaced.append(n)
+    dead = set()
+    for n in reversed(replaced):  # originals nobody reads any more, and what only they read
+        stack = [n]
+        while stack:
+            m = stack.pop()
+            if m not in dead and m not in outs and m in group_of and not g.nx.out_degree(m) and _loop_node(g, m):
+                dead.add(m)
+                stack.extend(g.operands(m))
+                g.nx.remove_node(m)
+    return [tuple(n for n in p if n not in dead) for p in pieces]
+
+
+CONE = 4  # nodes a value may take to recompute (best of 2..32 on the GPT; see benchmarks/fusion.py)
+
+
+def _cone(g, n, group_of):
+    """n and the nodes of its kernel it depends on, operands first (ids are no order once
+    earlier copies take part); None when there are more than CONE."""
+    inside = [n]
+    for m in inside:  # breadth-first, stopping as soon as the cone is too big
+        inside.extend(o for o in g.operands(m) if group_of.get(o) == group_of[n] and o not in inside)
+        if len(inside) > CONE:
+            return None
+    order = []
+    while len(order) < len(inside):
+        for m in inside:
+            if m not in order and all(o in order or o not in inside for o in g.operands(m)):
+                order.append(m)
+    return order
+
+
+def _loop_shape(g, piece):
+    """The shape a kernel loops over, or None for a single non-loop node."""
+    for n in piece:
+        if g[n]["op"] in REDUCTIONS:
+            return g[g.operands(n)[0]]["shape"]
+    return g[piece[0]]["shape"] if _loop_node(g, piece[0]) else None
 
 
 def _loop_node(g, n):

@@ -137,11 +137,10 @@ def _finish(graph, plan, arena_bytes):
 
 
 def _naive_bytes(graph):
-    """Every distinct intermediate in its own buffer (fusion's per-kernel copies of one
-    broadcast count once: an unfused executor would compute it once)."""
-    distinct = {(a["op"], repr(sorted(a["attrs"].items())), tuple(graph.operands(n))): _align(graph.nbytes(n))
-                for n, a in graph.nx.nodes(data=True) if a["op"] not in S.SOURCES}
-    return sum(distinct.values())
+    """Every intermediate in its own buffer, once (fusion's recomputing copies do not count)."""
+    copies = graph.meta.get("copies", {})
+    return sum(_align(graph.nbytes(n)) for n, a in graph.nx.nodes(data=True)
+               if a["op"] not in S.SOURCES and n not in copies)
 
 
 def _readers(graph, plan, n):
@@ -196,8 +195,9 @@ def _live(graph, plan, values):
     for n in values:
         first = 3 * time[n] + same_index(n)
         reads = [3 * time[u] + 2 - same_index(u) for u in _readers(graph, plan, n)]
-        last = end if n in returned else max(reads, default=first)
-        spans.append((first, max(last, first), _align(graph.nbytes(n)), n))
+        # Written throughout its kernel's loop (to 3t+1) even if nothing reads it later.
+        last = end if n in returned else max(reads + [3 * time[n] + 1])
+        spans.append((first, last, _align(graph.nbytes(n)), n))
     return spans
 
 

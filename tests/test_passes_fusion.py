@@ -109,3 +109,13 @@ def test_a_shared_broadcast_is_copied_into_each_kernel():
     for n in fused.nx.nodes:
         if fused[n]["op"] == "broadcast_to":
             assert {group_of[u] for u in fused.users(n)} == {group_of[n]}
+
+
+def test_cheap_values_are_recomputed_where_read_instead_of_stored(monkeypatch):
+    graph = model_graph("gpt")[0]
+    recomputing = pipeline.run(graph)
+    monkeypatch.setattr(fusion, "CONE", 0)
+    storing = pipeline.run(graph)
+    check_groups(recomputing)
+    assert not storing.meta["copies"] and all(o in graph.nx for o in recomputing.meta["copies"].values())
+    assert recomputing.meta["memory"].arena_bytes < 0.85 * storing.meta["memory"].arena_bytes
