@@ -67,7 +67,9 @@ METHOD = """\
   steps, k chosen so that a round takes about the round time) of what a training loop pays per
   step: the Python call of the compiled step with its argument flattening and result wrapping
   (JAX: until `block_until_ready`). x burjit: that time over burjit's, same run (> 1: burjit faster).
-- compile: build + first step, minus one step. Eager frameworks compile nothing: `-`.
+- compile: build + first step, minus one step, cold: the run points BURJIT_CACHE_DIR and
+  TORCHINDUCTOR_CACHE_DIR at empty directories (JAX keeps no persistent cache by default).
+  Eager frameworks compile nothing: `-`.
 - overhead/call: the same timing of a compiled function that takes the step's own arguments and
   returns the step's result structure without arithmetic (training: the donated parameters
   unchanged plus one element; gradients: the input vector plus one element). time/step minus

@@ -20,6 +20,7 @@ import select
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -183,21 +184,7 @@ def parse(argv):
     return opts
 
 
-def main(argv=None):
-    opts = parse(sys.argv[1:] if argv is None else argv)
-    names = [n.strip() for n in opts.only.split(",") if n.strip()]
-    for n in names:
-        workloads.get(n)
-    chosen = opts.frameworks and [f.strip() for f in opts.frameworks.split(",") if f.strip()]
-    unknown = set(chosen or ()) - set(frameworks.FRAMEWORKS)
-    if unknown:
-        raise SystemExit(f"unknown frameworks {sorted(unknown)}; known: {', '.join(frameworks.FRAMEWORKS)}")
-    dtypes = ("float64", "float32") if opts.dtype == "both" else (opts.dtype,)
-    log_dir = opts.out / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    env = measure.worker_env(opts.keep_openblas_tuning)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    started = time.time()
+def run_all(names, chosen, dtypes, opts, env, log_dir):
     rows = []
     for dtype in dtypes:
         for name in names:
@@ -211,9 +198,33 @@ def main(argv=None):
                                 if r["status"] == "timeout"})
                 rows += done
     add_ratios(rows)
+    return rows
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    opts = parse(argv)
+    names = [n.strip() for n in opts.only.split(",") if n.strip()]
+    for n in names:
+        workloads.get(n)
+    chosen = opts.frameworks and [f.strip() for f in opts.frameworks.split(",") if f.strip()]
+    unknown = set(chosen or ()) - set(frameworks.FRAMEWORKS)
+    if unknown:
+        raise SystemExit(f"unknown frameworks {sorted(unknown)}; known: {', '.join(frameworks.FRAMEWORKS)}")
+    dtypes = ("float64", "float32") if opts.dtype == "both" else (opts.dtype,)
+    log_dir = opts.out / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = measure.worker_env(opts.keep_openblas_tuning)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="burjit-bench-cache-") as cache:
+        # empty compilation caches: "compile" is a cold compile for burjit and torch.compile alike
+        env["BURJIT_CACHE_DIR"] = os.path.join(cache, "burjit")
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "torchinductor")
+        rows = run_all(names, chosen, dtypes, opts, env, log_dir)
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": " ".join(["python -m benchmarks"] + argv),
         "cpu": measure.cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
         "numpy": _numpy_version(), "threads": 1, "wall_s": round(time.time() - started, 1),
         "openblas_tuning": {v: os.environ.get(v) for v in measure.OPENBLAS_TUNING if os.environ.get(v)},
@@ -224,9 +235,7 @@ def main(argv=None):
     }
     print(report.table(meta, rows))
     report.write_json(opts.out / "results.json", meta, rows)
-    wrote = [opts.out / "results.json"]
-    if report.plot(opts.out / "results.png", rows):
-        wrote.append(opts.out / "results.png")
+    wrote = [opts.out / "results.json"] + [opts.out / "results.png"] * report.plot(opts.out / "results.png", rows)
     if opts.markdown:
         picture = opts.markdown.with_suffix(".png")
         drawn = report.plot(picture, rows)
