@@ -107,10 +107,11 @@ def run_case(name, case, dtype, names, opts, env, log_dir, skip=None):
     _alternate(live, rows, "time", "step_s", opts)
     _alternate({fw: wa for fw, wa in live.items() if wa[1]["has_trivial"]}, rows, "overhead", "overhead_s", opts)
     for fw, (worker, _) in live.items():
-        try:
-            rows[fw].update({k: v for k, v in worker.ask(opts.timeout, cmd="finish").items()})
-        except (TimeoutError, WorkerFailed) as e:
-            rows[fw].update(note=f"memory figures lost: {e}")
+        if rows[fw]["status"] == "ok":  # not one that timed out or failed while being timed
+            try:
+                rows[fw].update(worker.ask(opts.timeout, cmd="finish"))
+            except (TimeoutError, WorkerFailed) as e:
+                rows[fw].update(note=f"memory figures lost: {e}")
         worker.close()
         if "step_s" in rows[fw] and live[fw][1]["has_trivial"]:  # eager frameworks compile nothing
             rows[fw]["compile_s"] = max(rows[fw]["first_call_s"] - rows[fw]["step_s"], 0.0)
