@@ -179,10 +179,11 @@ def _place_in_place(graph, plan):
 # -- liveness and placement ----------------------------------------------------------------------
 
 def _live(graph, plan, values):
-    """(first, last, bytes, node) per value, in thirds of a schedule step: a kernel at step t reads
-    same-index (elementwise) operands by 3t+1 and writes elementwise results from 3t+1, so only those
-    may share bytes; any other read lasts to 3t+2 and any other write starts at 3t (a broadcast,
-    reduction or matmul reading a value its own kernel overwrites would read clobbered bytes)."""
+    """(first, last, bytes, node) per value, inclusive, in thirds of a schedule step: a kernel at
+    step t reads same-index (elementwise) operands until 3t+1 and writes elementwise results from
+    3t+1; any other read lasts to 3t+2 and any other write starts at 3t (a broadcast, reduction or
+    matmul reading a value its own kernel overwrites would read clobbered bytes). Spans that touch
+    conflict, so no value shares bytes with another value its kernel reads or writes."""
     time = {n: t for t, g in enumerate(graph.meta["schedule"]) for n in g}
     end = 3 * len(graph.meta["schedule"])  # outputs are copied out after the last kernel
     outs = set(graph.outputs)
