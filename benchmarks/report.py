@@ -75,7 +75,9 @@ METHOD = """\
   unchanged plus one element; gradients: the input vector plus one element). time/step minus
   overhead/call is the time spent in the step's native code.
 - peak RSS +: high-water RSS during build, compile and steps (VmHWM, reset after the framework is
-  imported) minus the RSS at that point. arena: burjit's planned workspace (`step.memory_plan()`).
+  imported) minus the RSS at that point (results.json also has end_rss_delta, after the last step;
+  the heap rarely shrinks, so it is close to the peak). arena: burjit's planned workspace
+  (`step.memory_plan()`).
 - Each request to a worker has a time limit; past it the worker is killed and marked `timeout`,
   and that framework is not tried on the larger cases of the same workload.
 """
@@ -122,7 +124,7 @@ def plot(path, rows):
         ax.set_yscale("log")
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", which="major", alpha=0.3)
-    axes[0].legend(ncol=len(fws), fontsize="small", loc="upper left")
+    axes[0].legend(ncol=min(len(fws), 7), fontsize="small", loc="lower center", bbox_to_anchor=(0.5, 1.0))
     axes[1].set_xticks(range(len(cases)))
     axes[1].set_xticklabels(cases, fontsize="small")
     fig.tight_layout()

@@ -57,7 +57,8 @@ def serve(spec, send, requests):
                 warmed = True
             send(s=measure.per_call(bench.trivial, req["k"]))
         elif req["cmd"] == "finish":
-            return send(peak_rss_delta=measure.peak_bytes() - base, rss_base=base, arena_bytes=bench.arena())
+            return send(peak_rss_delta=measure.peak_bytes() - base, end_rss_delta=measure.rss_bytes() - base,
+                        rss_base=base, arena_bytes=bench.arena())
 
 
 def main():
