@@ -41,7 +41,8 @@ def _apply(kind, u, v, k):
             return u @ (v if v.ndim and v.shape[0] == u.shape[1] else F.transpose(u))
         if kind == "move" and u.ndim:
             return [F.reshape(u, (-1,)), F.transpose(u), F.broadcast_to(u, (2,) + u.shape),
-                    F.reshape(F.reshape(u, (-1,)), u.shape)][k % 4]
+                    F.reshape(F.reshape(u, (-1,)), u.shape), u[::-1], F.concatenate([u, u[1:]]),
+                    F.take(u, np.array([u.shape[0] - 1, 0, 0]))][k % 7]
         if kind == "softmax" and u.ndim:
             return F.softmax(u, -1)
     except ShapeError:
@@ -49,7 +50,7 @@ def _apply(kind, u, v, k):
     return None
 
 
-ops_lists = st.lists(st.tuples(st.sampled_from(["unary", "binary", "reduce", "matmul", "move", "softmax"]),
+ops_lists = st.lists(st.tuples(st.sampled_from(["unary", "binary", "reduce", "matmul", "move", "move", "softmax"]),
                                st.integers(0, 50), st.integers(0, 50), st.integers(0, 50)), min_size=1, max_size=10)
 
 
