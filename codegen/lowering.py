@@ -26,7 +26,7 @@ from . import kernels, loops
 from .emitter import Emitter
 from .matmul import matmul
 from .program import Program
-from .types import I1, I8, I32, I64, ITEMSIZE, declare
+from .types import I1, I8, I32, I64, declare
 
 SYMBOL = "burjit_step"
 ENTRY = "burjit_entry"
@@ -56,9 +56,8 @@ class Lowering:
     # -- buffers --------------------------------------------------------------------------------
     def ref(self, node):
         """Where node's bytes are: ('arg', slot, byte offset) or ('global', node) for a constant."""
+        node = self._root(node)
         loc = self.plan.location.get(node)
-        while loc is not None and loc[0] == "view":
-            node, loc = loc[1], self.plan.location.get(loc[1])
         if loc is None:
             if self.graph[node]["op"] in ("literal",) + _INLINE_SOURCES:
                 return ("global", node)
@@ -74,6 +73,7 @@ class Lowering:
         return np.asarray(P.PRIMITIVES[a["op"]].ref(**a["attrs"]), dtype=a["dtype"])
 
     def _root(self, node):
+        """The node whose bytes `node` shares (itself unless it is a view)."""
         loc = self.plan.location.get(node)
         while loc is not None and loc[0] == "view":
             node, loc = loc[1], self.plan.location.get(loc[1])
@@ -98,8 +98,10 @@ class Lowering:
                         self.static_error = f"index {bad[0]} is out of range for an axis of size {size}"
                     continue
                 self.errors.append((n, size, g[root]["attrs"]["index"] if op == "input" else None))
-                code = len(self.errors)
-                (self._checks if op == "input" else self._fallible.setdefault(n, [])).append((idx, size, code))
+                if op == "input":
+                    self._checks.append((idx, size, len(self.errors)))
+                else:
+                    self._fallible[n] = len(self.errors)
         if self._fallible:
             self.backup = sorted({v for n, (kind, v) in self.plan.location.items()
                                   if kind == "input" and g[n]["op"] != "input"})
@@ -139,9 +141,8 @@ class Lowering:
         argv = fn.args[0]
         self._slots = [b.load(b.gep(argv, [I64(k)], inbounds=True, source_etype=PTR), typ=PTR)
                        for k in range(self.arena_slot + 1)]
-        main_ptr = lambda r: self._main_ptr(b, r)  # noqa: E731
         for idx, size, code in self._checks:
-            self._emit_check(b, main_ptr, idx, size, code)
+            self._emit_check(b, idx, size, code)
         if self.poison:
             self._memset(b, self._slots[self.arena_slot], self.arena_bytes)
         for gi, group in enumerate(self.schedule):
@@ -225,13 +226,14 @@ class Lowering:
         b.ret(code if isinstance(code, ir.Value) else I32(code))
         b.position_at_end(ok)
 
-    def _emit_check(self, b, ptr, idx, size, code):
+    def _emit_check(self, b, idx, size, code):
+        """Return `code` unless every element of index operand idx is in [0, size)."""
         g = self.graph
         dtype = g[idx]["dtype"]
         count = math.prod(g[idx]["shape"])
         if not count:
             return
-        base = ptr(self.ref(idx))
+        base = self._main_ptr(b, self.ref(idx))
         e = Emitter(b)
 
         def any_bad(i, acc):
@@ -269,7 +271,7 @@ class Lowering:
             M, N, K = a["shape"][-2], a["shape"][-1], g[x]["shape"][-1]
             refs = [self.ref(x), self.ref(y), self.ref(head)]
             self._kernel(b, f"k{gi}", refs, lambda kb, ptr: matmul(kb, [ptr(r) for r in refs], a["dtype"],
-                                                                     batch, M, K, N), [])
+                                                                     batch, M, K, N), False)
         elif kind in ("gather", "scatter"):
             data, idx = g.operands(head)
             refs = [self.ref(data), self.ref(idx), self.ref(head)]
@@ -277,10 +279,10 @@ class Lowering:
             row_len = math.prod(g[data]["shape"][1 if kind == "gather" else len(g[idx]["shape"]):])
             size = g[data]["shape"][0] if kind == "gather" else a["attrs"]["n"]
             emit = kernels.take if kind == "gather" else kernels.scatter_add
-            checks = self._fallible.get(head, [])
+            code = self._fallible.get(head)
             self._kernel(b, f"k{gi}", refs, lambda kb, ptr: emit(
                 kb, [ptr(r) for r in refs], a["dtype"], g[idx]["dtype"], count, row_len, size,
-                (lambda cb, cond: self._fail_if(cb, cond, checks[0][2])) if checks else None), checks)
+                None if code is None else (lambda cb, cond: self._fail_if(cb, cond, code))), code is not None)
         elif a["op"] == "pad":
             self._run(b, f"k{gi}", kernels.pad_programs(self, head))
         elif a["op"] == "concatenate":
@@ -298,9 +300,9 @@ class Lowering:
                 p.emit(b, lambda r: self._main_ptr(b, r))
             return
         refs = [r for p in programs for r in p.refs()]
-        self._kernel(b, name, refs, lambda kb, ptr: [p.emit(kb, ptr) for p in programs], [])
+        self._kernel(b, name, refs, lambda kb, ptr: [p.emit(kb, ptr) for p in programs], False)
 
-    def _kernel(self, b, name, refs, body, checks):
+    def _kernel(self, b, name, refs, body, fallible):
         """An internal function with one noalias pointer per distinct buffer, called from the step."""
         uniq = list(dict.fromkeys(refs))
         fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR] * len(uniq)), name=name)
@@ -312,5 +314,5 @@ class Lowering:
         body(kb, params.__getitem__)
         kb.ret(I32(0))
         rc = b.call(fn, [self._main_ptr(b, r) for r in uniq])
-        if checks:
+        if fallible:
             self._fail_if(b, b.icmp_unsigned("!=", rc, I32(0)), rc)

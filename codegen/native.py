@@ -25,7 +25,7 @@ from burjit.passes import pipeline
 from . import abi, cache, engine
 from .lowering import ENTRY, SYMBOL, Lowering
 
-_STEP = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
+_STEP = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)  # holds the GIL: calls share one arena
 
 
 class NativeExecutable:

@@ -13,10 +13,6 @@ def is_float(ty):
     return isinstance(ty, (ir.FloatType, ir.DoubleType))
 
 
-def dtype_of(ty):
-    return next(d for d, t in REG.items() if t == ty)
-
-
 def declare(module, name, ret, args):
     """The function `name` of type ret(args), declared once per module."""
     fn = module.globals.get(name)
