@@ -303,10 +303,14 @@ class Lowering:
         self._kernel(b, name, refs, lambda kb, ptr: [p.emit(kb, ptr) for p in programs], False)
 
     def _kernel(self, b, name, refs, body, fallible):
-        """An internal function with one noalias pointer per distinct buffer, called from the step."""
+        """An internal function with one noalias pointer per distinct buffer, called from the step.
+
+        Kernels stay out of line: inlining hundreds of vectorised loop nests into the step
+        doubles O3 time (GPT test model: 9 s -> 4.6 s first call) for no measurable gain."""
         uniq = list(dict.fromkeys(refs))
         fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR] * len(uniq)), name=name)
         fn.linkage = "internal"
+        fn.attributes.add("noinline")
         for arg in fn.args:
             arg.add_attribute("noalias")
         kb = ir.IRBuilder(fn.append_basic_block("entry"))
