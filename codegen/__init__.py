@@ -1,6 +1,15 @@
 """LLVM IR emission, JIT and the calling convention (knows nothing of tracing).
 
-Registers the "native" backend, which becomes the default of @burjit.compile.
+Registers the "native" backend, which becomes the default of @burjit.compile. The pieces:
+  native.py    build(graph) -> NativeExecutable: cache lookup, compile, call, inspection
+  lowering.py  the whole step as one LLVM function over the schedule and memory plan
+  program.py   per-element kernels: fused elementwise groups, reductions with prologues
+  loops.py     loop nests and the affine index maps every data movement reduces to
+  kernels.py   gather, scatter_add, pad, concatenate
+  matmul.py    register-blocked, vectorised matrix product
+  emitter.py   the scalar emitter of primitives' `scalar` lowerings; mathfns.py its exp/log/tanh
+  engine.py    host target machine, O3, object code, MCJIT;  cache.py the object code on disk
+  abi.py       the object layouts the fast entry reads;  types.py LLVM types per dtype
 """
 
 from burjit.jit import register_backend
