@@ -1,7 +1,13 @@
 """The ordered list of passes, and the switch to turn any of them off.
 
-`run(graph, names)` applies the named passes in pipeline order. BURJIT_DISABLE_PASSES
-(comma-separated names) turns passes off for debugging without touching code.
+    simplify  identities, constant folding, CSE, DCE          (graph only)
+    fuse      kernels                                          meta["groups"], meta["copies"]
+    schedule  kernel order that lowers the planned arena       meta["schedule"]
+    memplan   arena offsets, views, in-place updates           meta["memory"]
+Each is Graph -> Graph, pure, and correct without the others. `run(graph, names)` applies
+the named passes in pipeline order; BURJIT_DISABLE_PASSES (comma-separated names) turns
+passes off for debugging without touching code; `prepare` fills in the plain schedule and
+the naive plan that codegen needs when those passes were off.
 """
 
 import os
