@@ -1,6 +1,7 @@
 """Native code against the reference evaluator: every op, fused kernel forms, matmul, math functions,
 random graphs, and the shape of the emitted IR (vector loops, straight-line scalar code)."""
 
+import os
 import re
 
 import numpy as np
@@ -27,10 +28,10 @@ def with_groups(graph, groups):
     return build(memplan.naive(schedule.schedule(g)))
 
 
-def compare(fn, *args, passes=None, tol=None):
+def compare(fn, *args, passes=None, tol=None, donate=()):
     """Run fn natively and on the reference backend; assert equal outputs."""
-    want = burjit.compile(fn, backend="reference")(*[np.copy(a) for a in args])
-    got = burjit.compile(fn, backend="native", passes=passes)(*args)
+    want = burjit.compile(fn, backend="reference", donate_argnums=donate)(*[np.copy(a) for a in args])
+    got = burjit.compile(fn, backend="native", passes=passes, donate_argnums=donate)(*args)
     for w, g in zip(burjit.pytree.flatten(want)[0], burjit.pytree.flatten(got)[0], strict=True):
         w, g = np.asarray(w), np.asarray(g)
         assert g.dtype == w.dtype and g.shape == w.shape
@@ -177,8 +178,9 @@ def _broadcastable(a, b):
 
 @settings(max_examples=15)
 @given(ops=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 30), st.integers(0, 30)), min_size=1, max_size=12),
-       passes=st.sampled_from(sorted(PASS_CONFIGS)))
-def test_random_graphs_with_gradients(ops, passes):
+       passes=st.sampled_from(sorted(PASS_CONFIGS)), poison=st.booleans())
+def test_random_sgd_steps(ops, passes, poison):
+    """A random loss, its gradients and an in-place SGD update; poisoned, a bad memory plan shows."""
     def loss(x, w):
         pool = [x, w, F.sum(x, 0, keepdims=True), F.max(w, 1, keepdims=True)]
         for kind, i, j in ops:
@@ -195,10 +197,17 @@ def test_random_graphs_with_gradients(ops, passes):
                 pool.append(F.tanh(u @ F.transpose(w)) if u.shape[-1] == 4 else F.softmax(u, -1))
             else:
                 pool.append(F.transpose(u) * 0.5 if u.shape[0] == u.shape[-1] else F.broadcast_to(u, (3, 4)) + 0.0)
-        return F.sum(pool[-1]) + F.sum(pool[-2] if pool[-2].shape else pool[-2]) * 0.1
+        return F.sum(pool[-1]) + F.sum(pool[-2]) * 0.1
+
+    def step(x, w):
+        value, (gx, gw) = burjit.value_and_grad(loss, argnums=(0, 1))(x, w)
+        return w - 0.1 * gw, value, gx
     x, w = _data("float64", (3, 4), 13), _data("float64", (3, 4), 14)
-    compare(lambda x, w: burjit.value_and_grad(loss, argnums=(0, 1))(x, w), x, w, passes=PASS_CONFIGS[passes],
-            tol=dict(rtol=1e-10, atol=1e-10))
+    os.environ["BURJIT_POISON_ARENA"] = "1" if poison else ""
+    try:
+        compare(step, x, w, passes=PASS_CONFIGS[passes], tol=dict(rtol=1e-10, atol=1e-10), donate=1)
+    finally:
+        del os.environ["BURJIT_POISON_ARENA"]
 
 
 # -- hand-made kernel forms -----------------------------------------------------------------------------
