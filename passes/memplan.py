@@ -25,6 +25,8 @@ donated buffers placed here when a later check fails.
 TFLite's arena planner). `naive` gives every value its own slot: the switched-off version.
 """
 
+import bisect
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -214,7 +216,11 @@ def lower_bound(spans):
 
 
 def _place(plan, spans):
-    """Greedy by size: largest first, into the tightest gap among time-overlapping buffers."""
+    """Greedy by size: largest first, into the tightest gap among time-overlapping buffers.
+    It scans every buffer live at the same time, so past GREEDY_LIMIT values (unfused scalar
+    programs) the allocation is replayed in time order instead."""
+    if len(spans) > GREEDY_LIMIT:
+        return _replay(plan, spans)
     placed, top = [], 0
     for s, e, b, n in sorted(spans, key=lambda x: (-x[2], x[0], x[3])):
         busy = sorted((lo, hi) for lo, hi, ps, pe in placed if ps <= e and s <= pe)
@@ -228,3 +234,41 @@ def _place(plan, spans):
         plan.location[n] = ("arena", offset)
         top = max(top, offset + b)
     return top
+
+
+GREEDY_LIMIT = 4000
+
+
+def _replay(plan, spans):
+    """A heap simulation: values in order of first use take the first free gap that fits, and
+    give their bytes back after their last use (O(n log n) plus the free-list scans)."""
+    free, ending, top = [], [], 0  # free: sorted [offset, size] gaps below top
+    for s, e, b, n in sorted(spans, key=lambda x: (x[0], x[3])):
+        while ending and ending[0][0] < s:
+            _, off, size = heapq.heappop(ending)
+            _release(free, off, size)
+        i = next((i for i, (_, size) in enumerate(free) if size >= b), None)
+        if i is None and free and sum(free[-1]) == top:  # grow the arena from the last gap
+            i, top = len(free) - 1, free[-1][0] + b
+            free[-1][1] = b
+        if i is None:
+            offset, top = top, top + b
+        else:
+            offset = free[i][0]
+            free[i] = [offset + b, free[i][1] - b]
+            if not free[i][1]:
+                del free[i]
+        heapq.heappush(ending, (e, offset, b))
+        plan.location[n] = ("arena", offset)
+    return top
+
+
+def _release(free, off, size):
+    """Return [off, off + size) to the sorted free list, merging with the gaps it touches."""
+    i = bisect.bisect(free, [off, size])
+    if i < len(free) and off + size == free[i][0]:
+        size += free.pop(i)[1]
+    if i and sum(free[i - 1]) == off:
+        free[i - 1][1] += size
+    else:
+        free.insert(i, [off, size])

@@ -80,12 +80,28 @@ def _materialised_have_homes(graph):
 @given(ops_lists)
 def test_plans_never_overlap_live_values(ops):
     graph, _ = traced(*program(ops), donate=0)
-    for names in PLANS.values():
-        passed = pipeline.prepare(pipeline.run(graph, names))
+    for names, greedy_limit in [(names, memplan.GREEDY_LIMIT) for names in PLANS.values()] + [(PLANS["plan"], 0)]:
+        with mock.patch.object(memplan, "GREEDY_LIMIT", greedy_limit):  # 0: the time-order replay
+            passed = pipeline.prepare(pipeline.run(graph, names))
         simulate(passed)
         _materialised_have_homes(passed)
         r = passed.meta["memory"].report()
         assert r["lower_bound"] <= r["arena_bytes"] <= r["naive_bytes"]
+
+
+def test_many_values_are_placed_in_time_order_near_the_bound():
+    def loss(w):
+        acc = w[0] * 0.0
+        for i in range(len(w) - 1):
+            acc = acc + burjit.ops.tanh(w[i] * w[i + 1])
+        return acc * acc
+    ws = [np.float64(0.01 * i) for i in range(300)]
+    graph, _ = traced(lambda w: burjit.value_and_grad(loss)(w), (ws,))
+    with mock.patch.object(memplan, "GREEDY_LIMIT", 100):
+        passed = pipeline.run(graph, ["simplify", "schedule", "memplan"])  # unfused: thousands of values
+    simulate(passed)
+    r = passed.meta["memory"].report()
+    assert r["arena_bytes"] <= 1.25 * r["lower_bound"]
 
 
 def test_simulation_catches_a_bad_plan():
