@@ -108,7 +108,8 @@ def _recompute_cheap_producers(g, pieces):
     the copies read only values the original's kernel read, all computed earlier."""
     group_of = {n: i for i, p in enumerate(pieces) for n in p}
     shape = [_loop_shape(g, p) for p in pieces]
-    outs, copies, replaced = set(g.outputs), g.meta.setdefault("copies", {}), []
+    copies = g.meta["copies"] = dict(g.meta.get("copies", {}))  # not the input graph's dict
+    outs, replaced = set(g.outputs), []
     for i in range(len(pieces)):
         for n in [n for n in pieces[i] if _loop_node(g, n) and n not in outs]:
             far = {}
