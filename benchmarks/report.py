@@ -83,9 +83,32 @@ METHOD = """\
 """
 
 
+def summary(rows):
+    """One line per case: burjit's time per step against the fastest peer's in the same run."""
+    lines = []
+    for case in dict.fromkeys((r["workload"], r["dtype"]) for r in rows):
+        here = [r for r in rows if (r["workload"], r["dtype"]) == case]
+        mine = next((r for r in here if r["framework"] == "burjit"), None)
+        peers = [r for r in here if not r["framework"].startswith("burjit") and r.get("step_s")]
+        best = min(peers, key=lambda r: r["step_s"]) if peers else None
+        head = f"{case[0]} [{case[1]}]: "
+        if mine is None or not mine.get("step_s"):
+            why = f"{mine['status']} ({mine.get('note', '')})" if mine else "not run"
+            lines.append(head + f"burjit {why}" + (f"; fastest peer {best['framework']} "
+                                                     f"{seconds(best['step_s'])}" if best else ""))
+        elif best:
+            lines.append(head + f"burjit {seconds(mine['step_s'])} per step, fastest peer {best['framework']} "
+                         f"{seconds(best['step_s'])}: {_num(best['ratio'])}x")
+        else:
+            lines.append(head + f"burjit {seconds(mine['step_s'])} per step, no peer timed")
+    return lines
+
+
 def markdown(meta, rows, picture=None):
     lines = ["# burjit benchmarks", ""] + [f"- {h}" for h in header(meta)] + ["", "## Workloads"]
     lines += [f"- **{name}**: {text}" for name, text in meta.get("workloads", {}).items()]
+    lines += ["", "## Summary (ratio: the peer's time per step over burjit's; > 1 means burjit is faster)", ""]
+    lines += [f"- {line}" for line in summary(rows)]
     lines += ["", "## Results", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(c).replace("|", "/") for c in cells(r)) + " |" for r in rows]
     if picture:

@@ -80,3 +80,13 @@ def test_float32_tolerance_scales_with_the_largest_entry():
 def test_units():
     assert report.seconds(2.5e-6) == "2.5 us" and report.seconds(1.5) == "1.5 s"
     assert report.size(3 << 20) == "3 MB" and report.size(None) == "-"
+
+
+def test_summary_names_the_fastest_peer_and_burjits_failures():
+    rows = [{"workload": "a", "dtype": "float64", "framework": f, "status": "ok", "step_s": s}
+            for f, s in [("burjit", 1e-6), ("burjit-ref", 1e-7), ("torch", 5e-6), ("jax", 2e-6)]]
+    rows.append({"workload": "b", "dtype": "float64", "framework": "burjit", "status": "timeout", "note": "60 s"})
+    run.add_ratios(rows)
+    first, second = report.summary(rows)
+    assert "fastest peer jax 2 us: 2x" in first and "burjit-ref" not in first
+    assert "burjit timeout (60 s)" in second
