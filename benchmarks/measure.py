@@ -75,3 +75,15 @@ def cpu_model():
         return "unknown"
     m = re.search(r"^Model name:\s*(.+)$", out, re.M)
     return m.group(1).strip() if m else "unknown"
+
+
+def git_revision(root):
+    """HEAD's short hash, with '+changes' when the working tree differs from it (None outside git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+changes" if dirty else "")) or None

@@ -40,7 +40,7 @@ def header(meta):
     tuning = (f"; OPENBLAS tuning {meta['openblas_tuning']} {'kept' if meta['openblas_tuning_kept'] else 'unset in workers'}"
               if meta["openblas_tuning"] else "")
     return [f"{meta['date']} on {meta['cpu']} ({meta['cores']} cores; every framework on 1 thread){tuning}",
-            f"command: {meta['command']}  ({meta['wall_s']} s)",
+            f"command: {meta['command']}  ({meta['wall_s']} s, burjit at {meta.get('revision')})",
             f"python {meta['python']}, numpy {meta['numpy']}; {versions}",
             f"median of {meta['rounds']} alternating rounds of ~{meta['round_time_s']} s each; "
             f"limit {meta['timeout_s']:g} s per request"]

@@ -217,7 +217,7 @@ def main(argv=None):
     log_dir.mkdir(parents=True, exist_ok=True)
     env = measure.worker_env(opts.keep_openblas_tuning)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    started = time.time()
+    started, revision = time.time(), measure.git_revision(ROOT)
     with tempfile.TemporaryDirectory(prefix="burjit-bench-cache-") as cache:
         # empty compilation caches: "compile" is a cold compile for burjit and torch.compile alike
         env["BURJIT_CACHE_DIR"] = os.path.join(cache, "burjit")
@@ -226,7 +226,7 @@ def main(argv=None):
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join(["python -m benchmarks"] + argv),
-        "cpu": measure.cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+        "revision": revision, "cpu": measure.cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
         "numpy": _numpy_version(), "threads": 1, "wall_s": round(time.time() - started, 1),
         "openblas_tuning": {v: os.environ.get(v) for v in measure.OPENBLAS_TUNING if os.environ.get(v)},
         "openblas_tuning_kept": opts.keep_openblas_tuning,
