@@ -117,7 +117,7 @@ class Program:
             return vals
 
         if not self.reduction:
-            loops.nest(b, sizes, lambda idx, _: (compute(idx), ())[1])
+            loops.nest(b, sizes, lambda idx, _: (compute(idx), ())[1], interleave=True)
             return
         self._emit_reduction(b, e, ptr, sizes, affines[-1], compute)
 
