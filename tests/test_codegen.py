@@ -258,6 +258,7 @@ def test_elementwise_loops_are_vectorised():
     step(x, x)
     assert re.search(r"<\d+ x double>", step.llvm_ir())
     assert not re.search(r"<\d+ x double>", step.llvm_ir(optimized=False))
+    assert "llvm.loop.interleave.count" in step.llvm_ir(optimized=False)
     assert "call double @exp" not in step.llvm_ir() and "@tanh" not in step.llvm_ir()  # no libm calls
     assert re.search(r"\bv\w+pd\b|\b\w+pd\b", step.asm())
 
