@@ -22,7 +22,9 @@ class Program:
         self.ctx, self.g = ctx, ctx.graph
         self.domain = tuple(domain)
         self.group = set(group)
-        self.entries = []      # ('const', dtype, v) | ('iota', dtype, affine) | ('load', ref, dtype, affine) | ('op', node, args)
+        # ('const', dtype, v) | ('iota', dtype, affine) | ('load', ref, dtype, affine) | ('op', node, args)
+        # | ('alias', entry): a shape op inside the group is its operand read at another index
+        self.entries = []
         self.stores = []       # (ref, dtype, affine, entry)
         self.reduction = None  # (ref, dtype, out affine, primitive name, entry)
         self._memo = {}
