@@ -88,7 +88,9 @@ class Program:
     # -- emission -----------------------------------------------------------------------------
     def emit(self, b, ptr):
         """Write the loop nest at the builder's position; ptr(ref) gives each buffer's pointer."""
-        if 0 in self.domain:
+        if 0 in self.domain:  # nothing to compute; a reduction over an empty axis is its identity
+            if self.reduction and self.reduction_size:
+                self._fill_identity(b, Emitter(b), ptr)
             return
         slots = [(i, e[-1]) for i, e in enumerate(self.entries) if e[0] in ("iota", "load")]
         affines = [a for _, a in slots] + [s[2] for s in self.stores]
@@ -129,13 +131,12 @@ class Program:
         suffix = len(sizes)
         while suffix and suffix - 1 in reduced:
             suffix -= 1
-        ty = REG[dtype]
-        init = const(ty, 0) if op == "reduce_sum" else _lowest(ty)
+        init = self._identity()
         combine = _combiner(e, op)
         accumulate = any(d < suffix for d in reduced)  # reduced dims outside the register loop
         out = ptr(ref)
         if accumulate:
-            loops.nest(b, [self.reduction_size], lambda idx, _: (e.store(init, out, dtype, idx[0]), ())[1])
+            self._fill_identity(b, e, ptr)
         head = (out_affine[0], out_affine[1][:suffix])
 
         def outer(idx, _):
@@ -148,6 +149,16 @@ class Program:
             e.store(acc, out, dtype, at)
             return ()
         loops.nest(b, sizes[:suffix], outer)
+
+
+    def _identity(self):
+        ty = REG[self.reduction[1]]
+        return const(ty, 0) if self.reduction[3] == "reduce_sum" else _lowest(ty)
+
+    def _fill_identity(self, b, e, ptr):
+        ref, dtype = self.reduction[:2]
+        init, out = self._identity(), ptr(ref)
+        loops.nest(b, [self.reduction_size], lambda idx, _: (e.store(init, out, dtype, idx[0]), ())[1])
 
 
 def _operand_forms(op, a, operand_shape, forms):

@@ -120,6 +120,12 @@ def test_reductions(shape, data, dtype):
     compare(lambda x: (F.sum(x, axes), F.max(x, axes), F.sum(F.exp(F.astype(x, "float64") * 0.1), axes)), x)
 
 
+def test_empty_arrays():
+    x = np.zeros((0, 3))
+    compare(lambda x: (F.sum(x, 0), F.sum(x), F.sum(x * 2.0, 1), x @ np.ones((3, 2)), np.ones((2, 0)) @ np.ones((0, 4)),
+                       burjit.grad(lambda x: F.sum(F.tanh(x)))(x), F.take(np.ones((2, 3)), np.zeros(0, np.int64))), x)
+
+
 def test_fused_softmax_and_logsumexp_rows_and_columns():
     x = _data("float32", (7, 33), 6, -30, 30)
     compare(lambda x: (F.softmax(x, -1), F.softmax(x, 0), F.logsumexp(x, -1), F.log_softmax(x, 0)), x)
