@@ -120,10 +120,12 @@ def test_reductions(shape, data, dtype):
     compare(lambda x: (F.sum(x, axes), F.max(x, axes), F.sum(F.exp(F.astype(x, "float64") * 0.1), axes)), x)
 
 
-def test_empty_arrays():
+def test_empty_arrays(monkeypatch):
+    monkeypatch.setenv("BURJIT_POISON_ARENA", "1")  # unwritten arena bytes read as NaN
     x = np.zeros((0, 3))
-    compare(lambda x: (F.sum(x, 0), F.sum(x), F.sum(x * 2.0, 1), x @ np.ones((3, 2)), np.ones((2, 0)) @ np.ones((0, 4)),
-                       burjit.grad(lambda x: F.sum(F.tanh(x)))(x), F.take(np.ones((2, 3)), np.zeros(0, np.int64))), x)
+    compare(lambda x: (F.sum(x, 0) + 1.0, F.sum(x), F.sum(x * 2.0, 1), x @ np.ones((3, 2)),
+                       np.ones((2, 0)) @ np.ones((0, 4)) + 1.0, burjit.grad(lambda x: F.sum(F.tanh(x)))(x),
+                       F.take(np.ones((2, 3)), np.zeros(0, np.int64))), x, passes=["simplify"])
 
 
 def test_fused_softmax_and_logsumexp_rows_and_columns():
