@@ -113,9 +113,12 @@ class Emitter:
             if is_float(src):
                 return self.b.fpext(x, dst) if src == F32 else self.b.fptrunc(x, dst)
             return self.b.uitofp(x, dst) if src == I1 else self.b.sitofp(x, dst)
-        if is_float(src):  # saturating: an out-of-range float gives a defined (clamped) int, not poison
+        if is_float(src):  # NaN and out-of-range values give INT_MIN, as numpy does on x86 (never poison)
             fn = declare(self.b.module, f"llvm.fptosi.sat.{mangle(dst)}.{mangle(src)}", dst, [src])
-            return self.b.call(fn, [x])
+            lowest = const(dst, -(1 << (dst.width - 1)))
+            fits = self.b.and_(self.b.fcmp_ordered(">=", x, const(src, -2.0 ** (dst.width - 1))),
+                               self.b.fcmp_ordered("<", x, const(src, 2.0 ** (dst.width - 1))))
+            return self.b.select(fits, self.b.call(fn, [x]), lowest)
         if src == I1:
             return self.b.zext(x, dst)
         return self.b.sext(x, dst) if src.width < dst.width else self.b.trunc(x, dst)

@@ -81,7 +81,8 @@ def test_elementwise_int_ops_and_converts(dtype):
            "lt": F.less, "eq": F.equal, "ne": F.not_equal, "where": lambda x, y: F.where(x > y, x, y),
            "to_f32": lambda x, y: F.astype(x, "float32"), "to_f64": lambda x, y: F.astype(y, "float64"),
            "to_bool": lambda x, y: F.astype(x, "bool"), "to_other_int": lambda x, y: F.astype(x, "int32" if dtype == "int64" else "int64"),
-           "bool_to_int": lambda x, y: F.astype(x > y, dtype), "float_to_int": lambda x, y: F.astype(F.astype(x, "float64") * 1.7, dtype)}
+           "bool_to_int": lambda x, y: F.astype(x > y, dtype), "float_to_int": lambda x, y: F.astype(F.astype(x, "float64") * 1.7, dtype),
+           "nan_inf_to_int": lambda x, y: F.astype(F.astype(x, "float64") * np.array([np.nan, np.inf, -np.inf, 1e30, 2.5]), dtype)}
     compare(lambda x, y: {k: f(x, y) for k, f in ops.items()}, x, y)
 
 
