@@ -3,6 +3,7 @@ random graphs, and the shape of the emitted IR (vector loops, straight-line scal
 
 import os
 import re
+import runpy
 
 import numpy as np
 import pytest
@@ -247,7 +248,7 @@ def test_reduction_group_with_elementwise_prologue():
 
 
 def test_scalar_graph_in_one_group_is_straight_line_code():
-    expression = __import__("runpy").run_path("examples/micrograd_expr.py")["expression"]
+    expression = runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "examples", "micrograd_expr.py"))["expression"]
     a, b = np.asarray(-4.0), np.asarray(2.0)
     g = traced(burjit.value_and_grad(expression, argnums=(0, 1)), a, b)
     exe = with_groups(g, [[n for n in g.topo() if g[n]["op"] not in ("input", "const", "iota", "literal")]])
