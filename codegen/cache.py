@@ -7,7 +7,6 @@ payload: a truncated or corrupt file reads as a miss and is recompiled, never lo
 Writes go to a temporary file first and are renamed into place (atomic on POSIX).
 """
 
-import functools
 import hashlib
 import os
 import tempfile
@@ -20,17 +19,24 @@ def directory():
     return Path(os.environ.get("BURJIT_CACHE_DIR") or Path.home() / ".cache" / "burjit")
 
 
-@functools.lru_cache(maxsize=None)
-def _codegen_hash():
+def _sources_hash():
+    """Hash of the code that generates machine code: codegen itself and the primitives' scalar rules.
+
+    Taken at import, so it describes the code this process runs even if the files change later.
+    """
+    from burjit import primitives
     h = hashlib.sha256()
-    for p in sorted(Path(__file__).parent.glob("*.py")):
+    for p in sorted(Path(__file__).parent.glob("*.py")) + [Path(primitives.__file__)]:
         h.update(p.name.encode() + p.read_bytes())
     return h.hexdigest()
 
 
+_SOURCES = _sources_hash()
+
+
 def key(parts):
-    """A hex digest of `parts` (any repr-able data) and the codegen sources."""
-    return hashlib.sha256(repr((_codegen_hash(), parts)).encode()).hexdigest()
+    """A hex digest of `parts` (any repr-able data) and the code generator's sources."""
+    return hashlib.sha256(repr((_SOURCES, parts)).encode()).hexdigest()
 
 
 def path(k):
