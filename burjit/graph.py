@@ -108,10 +108,11 @@ class Graph:
     def fingerprint(self):
         """A hash of everything that determines the compiled code (not of source locations)."""
         h = hashlib.sha256()
-        for n in self.topo():
-            a = self.nx.nodes[n]
+        preds = self.nx.pred
+        for n, a in sorted(self.nx.nodes(data=True)):  # id order: deterministic, no topological sort needed
+            operands = sorted((k, u) for u, keys in preds[n].items() for k in keys)
             h.update(repr((n, a["op"], a["shape"], a["dtype"], sorted(a["attrs"].items(), key=str),
-                           self.operands(n))).encode())
+                           operands)).encode())
         h.update(repr((self.inputs, self.outputs, sorted(self.aliases.items()))).encode())
         return h.hexdigest()
 
