@@ -21,6 +21,7 @@ from .errors import TracingError
 from .tracer import Trace, Tracer, bind, check_dtype, lift
 
 BACKENDS = {}  # name -> (build, default pass names or None for the pipeline's default)
+_TREEDEFS = {}  # treedef -> small int standing for it in cache keys
 
 
 def register_backend(name, build, passes=None):
@@ -48,6 +49,7 @@ class CompiledFunction:
         self.donate_argnums = _as_tuple(donate_argnums)
         self.passes = passes
         self._cache = {}
+        self._flatteners = {}
         self._last = None
 
     def __call__(self, *args):
@@ -89,22 +91,36 @@ class CompiledFunction:
     def _backend(self):
         return self.backend or default_backend()
 
+    def _flatten(self, i, arg):
+        """pytree.flatten, through a generated flattener for the structure argument i had last time."""
+        fast = self._flatteners.get(i)
+        leaves = fast[0](arg) if fast is not None else None
+        if leaves is not None:
+            return leaves, fast[1]
+        leaves, td = pytree.flatten(arg)
+        token = _TREEDEFS.setdefault(td, len(_TREEDEFS))  # a small int keys the cache: no deep hashing
+        self._flatteners[i] = (pytree.flattener(td), token)
+        return leaves, token
+
     def _signature(self, args):
         """Cache key and input arrays. On the hot path: dtype support is checked when tracing."""
-        key, arrays = [], []
+        key, arrays, donated = [], [], []
         for i, arg in enumerate(args):
             if i in self.static_argnums:
                 key.append(("static", _hashable(arg)))
                 continue
-            leaves, td = pytree.flatten(arg)
-            sig = [td]
+            leaves, token = self._flatten(i, arg)
+            sig = [token]
+            donating = i in self.donate_argnums
             for leaf in leaves:
                 if type(leaf) is np.ndarray:
                     if not leaf.flags.c_contiguous:
-                        if i in self.donate_argnums:
+                        if donating:
                             raise ValueError(f"donated argument {i} has a non-contiguous array; its buffer "
                                              "cannot be updated in place (pass np.ascontiguousarray(x))")
                         leaf = np.ascontiguousarray(leaf)  # documented copy
+                    elif donating:
+                        donated.append((i, leaf))
                     arrays.append(leaf)
                     sig.append((leaf.shape, leaf.dtype))
                 elif isinstance(leaf, np.generic):
@@ -119,23 +135,9 @@ class CompiledFunction:
                     raise TracingError(f"argument {i}: unsupported leaf of type {type(leaf).__name__} "
                                        "(use numpy arrays, Python scalars, or static_argnums)")
             key.append(tuple(sig))
-        if self.donate_argnums:
-            self._check_donated(args, arrays)
+        if donated:
+            _check_donated(donated, arrays)
         return tuple(key), arrays
-
-    def _check_donated(self, args, arrays):
-        """A donated buffer is overwritten in place, so it must not also be read as another input."""
-        uses = {}
-        for a in arrays:
-            uses[id(a)] = uses.get(id(a), 0) + 1
-        for i in self.donate_argnums:
-            for x in pytree.flatten(args[i])[0] if i < len(args) else ():
-                if isinstance(x, np.ndarray):
-                    if not x.flags.writeable:
-                        raise ValueError(f"donated argument {i} has a read-only array")
-                    if uses.get(id(x), 0) > 1:
-                        raise ValueError(f"an array of donated argument {i} is also passed elsewhere; "
-                                         "it would be overwritten while still being read")
 
     def _lower(self, args, arrays):
         from .passes import pipeline
@@ -207,6 +209,22 @@ def compile(fn=None, *, backend=None, static_argnums=(), donate_argnums=(), pass
     if fn is None:
         return lambda f: CompiledFunction(f, backend, static_argnums, donate_argnums, passes)
     return CompiledFunction(fn, backend, static_argnums, donate_argnums, passes)
+
+
+def _check_donated(donated, arrays):
+    """A donated buffer is overwritten in place, so it must be writable and not also read elsewhere."""
+    for i, x in donated:
+        if not x.flags.writeable:
+            raise ValueError(f"donated argument {i} has a read-only array")
+    if len(set(map(id, arrays))) == len(arrays):
+        return
+    uses = {}
+    for a in arrays:
+        uses[id(a)] = uses.get(id(a), 0) + 1
+    for i, x in donated:
+        if uses[id(x)] > 1:
+            raise ValueError(f"an array of donated argument {i} is also passed elsewhere; "
+                             "it would be overwritten while still being read")
 
 
 def _as_tuple(x):

@@ -306,3 +306,25 @@ def test_same_array_twice_is_fine_unless_donated():
     np.testing.assert_array_equal(p, [1.0, 1.0])
     with pytest.raises(ValueError, match="donated argument 0"):
         step(x, x, np.ones(2))
+
+
+def test_generated_flattener_matches_flatten_and_rejects_other_structures():
+    from collections import namedtuple
+    from burjit import pytree
+    NT = namedtuple("NT", "a b")
+    for tree in [{"a": [1, (2, None)], "b": NT(3, {"z": 4})}, [], (), {}, None, 5, [np.ones(2)], (7,)]:
+        leaves, td = pytree.flatten(tree)
+        got = pytree.flattener(td)(tree)
+        assert len(got) == len(leaves) and all(a is b for a, b in zip(got, leaves))
+        rebuilt = pytree.unflattener(td)(leaves)
+        assert pytree.flatten(rebuilt)[1] == td and all(a is b for a, b in zip(pytree.flatten(rebuilt)[0], leaves))
+    one = pytree.flattener(pytree.flatten({"a": 1})[1])
+    assert one({"a": [1]}) is None and one({"b": 1}) is None and one({"a": 1, "b": 2}) is None
+    assert pytree.flattener(pytree.flatten([1, 2])[1])((1, 2)) is None
+
+
+def test_structure_change_between_calls_retraces(backend):
+    f = burjit.compile(lambda t: F.sum(t[0]) if len(t) == 1 else F.sum(t[0] * t[1]), backend=backend)
+    assert float(f([np.ones(2)])) == 2.0
+    assert float(f([np.ones(2), np.full(2, 3.0)])) == 6.0
+    assert float(f([np.ones(3)])) == 3.0
