@@ -15,8 +15,13 @@ _FPRED = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=="}
 
 
 class Emitter:
-    def __init__(self, builder):
+    """`outline=True` (straight-line code) calls exp/log/tanh as shared functions instead of
+    inlining their polynomials: inlined, a scalar graph's one basic block grows ~20 instructions
+    per call and LLVM's instruction selection, superlinear in block size, dominates the build."""
+
+    def __init__(self, builder, outline=False):
         self.b = builder
+        self.outline = outline
 
     def call(self, name, *args):
         """Call the LLVM intrinsic `name` overloaded on the first operand's type."""
@@ -48,13 +53,27 @@ class Emitter:
         return self.call("llvm.sqrt", x)
 
     def exp(self, x):
-        return mathfns.exp(self, x)
+        return self._math(mathfns.exp, x)
 
     def log(self, x):
-        return mathfns.log(self, x)
+        return self._math(mathfns.log, x)
 
     def tanh(self, x):
-        return mathfns.tanh(self, x)
+        return self._math(mathfns.tanh, x)
+
+    def _math(self, fn, x):
+        if not self.outline:
+            return fn(self, x)
+        name = f"burjit.{fn.__name__}.{mangle(x.type)}"
+        f = self.b.module.globals.get(name)
+        if f is None:
+            f = ir.Function(self.b.module, ir.FunctionType(x.type, [x.type]), name=name)
+            f.linkage = "internal"
+            f.attributes.add("noinline")
+            f.attributes.add("nounwind")
+            body = ir.IRBuilder(f.append_basic_block())
+            body.ret(fn(Emitter(body), f.args[0]))
+        return self.b.call(f, [x])
 
     def pow(self, x, y):
         if isinstance(y, ir.Constant):  # literal exponents: multiplications, no libm call

@@ -99,7 +99,7 @@ class Program:
         sizes, affines = loops.collapse(list(self.domain), affines)
         leaf_affine = {i: a for (i, _), a in zip(slots, affines)}
         store_affines = affines[len(slots):len(slots) + len(self.stores)]
-        e = Emitter(b)
+        e = Emitter(b, outline=math.prod(self.domain) == 1)
 
         def compute(idx):
             vals = []

@@ -280,3 +280,20 @@ def test_large_scalar_graph_compiles():
             x = F.tanh(x * b + 0.1) if i % 50 == 0 else x * b + a - 0.5 * x
         return x
     compare(f, np.float64(0.3), np.float64(0.7))
+
+
+def test_straight_line_math_calls_one_shared_function_per_kind():
+    """0-d code calls exp/log/tanh out of line (small IR, fast builds); loops keep them inline."""
+    def f(x):
+        return F.sum(F.exp(x[0]) + F.exp(x[1]) * F.log(x[2]) + F.tanh(x[0] * x[1]))
+    x = np.array([0.3, -1.2, 2.5])
+    step = burjit.compile(burjit.value_and_grad(f))
+    value, grad = step(x)
+    ref_value, ref_grad = burjit.compile(burjit.value_and_grad(f), backend="reference")(x)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-13)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-13)
+    ir_text = step.llvm_ir(optimized=False)
+    assert {"burjit.exp.f64", "burjit.log.f64", "burjit.tanh.f64"} <= set(re.findall(r"define internal double @\"?([\w.]+)", ir_text))
+    vector = burjit.compile(lambda v: F.exp(v) * 2.0)
+    vector(np.ones(64))
+    assert "burjit.exp" not in vector.llvm_ir(optimized=False)
