@@ -134,19 +134,12 @@ def _binary_args(draw, name):
 def _make_tests(backend):
     n = 20 if backend == "reference" else 4
 
-    @pytest.mark.parametrize("name", sorted(UNARY))
+    @pytest.mark.parametrize("name", sorted(UNARY) + sorted(BINARY))
     @settings(max_examples=n)
     @given(data=st.data())
-    def test_unary(name, data):
-        fn, npf = UNARY[name]
-        check(fn, npf, _unary_args(data.draw, name), backend)
-
-    @pytest.mark.parametrize("name", sorted(BINARY))
-    @settings(max_examples=n)
-    @given(data=st.data())
-    def test_binary(name, data):
-        fn, npf = BINARY[name]
-        check(fn, npf, _binary_args(data.draw, name), backend)
+    def test_op(name, data):
+        fn, npf = UNARY.get(name) or BINARY[name]
+        check(fn, npf, (_unary_args if name in UNARY else _binary_args)(data.draw, name), backend)
 
     @settings(max_examples=n)
     @given(data=st.data())
@@ -168,7 +161,7 @@ def _make_tests(backend):
               (logits,), backend)
 
     return {f"test_{k}_{backend}": v for k, v in
-            dict(unary=test_unary, binary=test_binary, matmul=test_matmul, cross_entropy=test_cross_entropy).items()}
+            dict(op=test_op, matmul=test_matmul, cross_entropy=test_cross_entropy).items()}
 
 
 for _backend in sorted(BACKENDS):
