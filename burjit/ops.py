@@ -206,7 +206,11 @@ def cross_entropy(logits, targets):
     if targets.shape != lp.shape[:-1]:
         raise ShapeError(f"{describe(user_src())}\n  cross_entropy: targets {targets.shape} do not match "
                          f"logits {lp.shape} without the last axis")
-    return -mean(sum(lp * one_hot(targets, lp.shape[-1], lp.dtype), -1))
+    n = lp.shape[-1]
+    # Gathering zeros at the targets adds nothing but makes a target outside [0, n) raise
+    # IndexError, where the one-hot product alone would silently score it as 0.
+    in_range = take(np.zeros((n,), lp.dtype), targets)
+    return -mean(sum(lp * one_hot(targets, n, lp.dtype), -1) + in_range)
 
 
 def mse(pred, target):

@@ -328,3 +328,13 @@ def test_structure_change_between_calls_retraces(backend):
     assert float(f([np.ones(2)])) == 2.0
     assert float(f([np.ones(2), np.full(2, 3.0)])) == 6.0
     assert float(f([np.ones(3)])) == 3.0
+
+
+@pytest.mark.parametrize("bad", [3, -1])
+def test_cross_entropy_refuses_out_of_range_targets(backend, bad):
+    step = burjit.compile(burjit.value_and_grad(F.cross_entropy), backend=backend)
+    logits = np.zeros((2, 3))
+    loss, _ = step(logits, np.array([0, 2]))
+    np.testing.assert_allclose(loss, np.log(3.0))
+    with pytest.raises(IndexError):
+        step(logits, np.array([0, bad]))
