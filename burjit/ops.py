@@ -194,6 +194,7 @@ def softmax(x, axis=-1):
 
 
 def one_hot(idx, n, dtype="float32"):
+    """Rows of the n x n identity; an index outside [0, n) gives a zero row (as jax.nn.one_hot)."""
     idx = lift(idx)
     cols = bind("iota", [], shape=idx.shape + (n,), axis=idx.ndim, dtype=idx.dtype)
     return astype(equal(broadcast_to(reshape(idx, idx.shape + (1,)), cols.shape), cols), dtype)
