@@ -65,17 +65,20 @@ class Graph:
         return g
 
     # -- reading ------------------------------------------------------------------------------
+    # The readers below go to networkx's adjacency dicts (_node, _pred, _succ) directly: every
+    # pass and codegen call them per node, and the public views cost several times more.
     def __getitem__(self, n):
-        return self.nx.nodes[n]
+        return self.nx._node[n]
 
     def __len__(self):
         return self.nx.number_of_nodes()
 
     def operands(self, n):
-        return [u for u, _, _ in sorted(self.nx.in_edges(n, keys=True), key=lambda e: e[2])]
+        pairs = sorted((k, u) for u, keys in self.nx._pred[n].items() for k in keys)
+        return [u for _, u in pairs]
 
     def users(self, n):
-        return sorted({v for _, v in self.nx.out_edges(n)})
+        return sorted(self.nx._succ[n])
 
     def topo(self):
         """Deterministic topological order (ties broken by node id)."""
