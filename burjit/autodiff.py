@@ -87,21 +87,16 @@ def backward(out, wrt):
         return tracers[n]
 
     ct = {out.node: F.ones_like(out)}
-    for n in sorted(active, reverse=True):
+    for n in sorted(active - wrt_nodes, reverse=True):  # wrt nodes keep their accumulated cotangent
         g = ct.pop(n, None)
-        if g is None or n in wrt_nodes:
-            if n in wrt_nodes and g is not None:
-                ct[("done", n)] = g
-            continue
         a = graph[n]
         prim = P.PRIMITIVES[a["op"]]
+        if g is None or prim.vjp is None:
+            continue
         operands = graph.operands(n)
         needs = [o in active for o in operands]
-        if prim.vjp is None:
-            continue
         cts = prim.vjp(F, g, T(n), [T(o) for o in operands], needs, a["attrs"])
         for o, c, need in zip(operands, cts, needs):
             if need and c is not None:
                 ct[o] = ct[o] + c if o in ct else c
-    done = [ct.get(("done", x.node)) for x in wrt]
-    return [F.zeros_like(x) if c is None else c for x, c in zip(wrt, done)]
+    return [F.zeros_like(x) if ct.get(x.node) is None else ct[x.node] for x in wrt]
