@@ -21,7 +21,7 @@ from .errors import TracingError
 from .tracer import Trace, Tracer, bind, check_dtype, lift
 
 BACKENDS = {}  # name -> (build, default pass names or None for the pipeline's default)
-_TREEDEFS = {}  # treedef -> small int standing for it in cache keys
+_TREEDEFS = {}  # treedef -> (its generated flattener, a small int standing for it in cache keys)
 
 
 def register_backend(name, build, passes=None):
@@ -98,9 +98,11 @@ class CompiledFunction:
         if leaves is not None:
             return leaves, fast[1]
         leaves, td = pytree.flatten(arg)
-        token = _TREEDEFS.setdefault(td, len(_TREEDEFS))  # a small int keys the cache: no deep hashing
-        self._flatteners[i] = (pytree.flattener(td), token)
-        return leaves, token
+        known = _TREEDEFS.get(td)
+        if known is None:  # once per structure: a small int keys the cache (no deep hashing)
+            known = _TREEDEFS[td] = (pytree.flattener(td), len(_TREEDEFS))
+        self._flatteners[i] = known
+        return leaves, known[1]
 
     def _signature(self, args):
         """Cache key and input arrays. On the hot path: dtype support is checked when tracing."""
