@@ -105,7 +105,7 @@ def relu(x): return maximum(x, 0.0)
 
 def gelu(x):
     """GELU, tanh approximation (as GPT-2 uses)."""
-    x = astype(lift(x), lift(x).dtype if lift(x).dtype in P.FLOATS else "float64")
+    (x,) = _promote([lift(x)], floating=True)
     return 0.5 * x * (1.0 + tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
 
 
@@ -153,9 +153,7 @@ def sum(x, axis=None, keepdims=False):
 
 
 def mean(x, axis=None, keepdims=False):
-    x = lift(x)
-    if x.dtype not in P.FLOATS:
-        x = astype(x, "float64")
+    (x,) = _promote([lift(x)], floating=True)
     n = int(np.prod([x.shape[a] for a in _axes(x, axis)], dtype=np.int64))
     return sum(x, axis, keepdims) * (1.0 / n)
 
