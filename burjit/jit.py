@@ -2,7 +2,10 @@
 
 Arguments are pytrees. numpy arrays and numpy scalars are traced inputs; Python bool/int/float
 leaves (and arguments listed in static_argnums) are static: they are baked into the graph
-and are part of the cache key. `donate_argnums` lets the step update those arguments' arrays
+and are part of the cache key, by type and bit pattern (so 1, 1.0 and True, or 0.0 and -0.0,
+trace apart, and a NaN hits its own entry). Each compiled function keeps at most
+`cache_size` signatures (default DEFAULT_CACHE_SIZE, or $BURJIT_CACHE_SIZE), dropping the least
+recently used one; dropping an entry frees its native code. `donate_argnums` lets the step update those arguments' arrays
 in place: an output (a top-level element of the returned tuple, or the whole result) with
 the same structure, shapes and dtypes as a donated argument is written into its buffers and
 returned as those very arrays.
@@ -11,6 +14,7 @@ A backend is `build(graph) -> executable`, with `executable(inputs) -> outputs` 
 arrays). It must raise before writing anything when a step fails.
 """
 
+import collections
 import functools
 import os
 
@@ -24,12 +28,24 @@ BACKENDS = {}  # name -> (build, default pass names or None for the pipeline's d
 _TREEDEFS = {}  # treedef -> (its generated flattener, a small int standing for it in cache keys)
 
 
+DEFAULT_CACHE_SIZE = 64
+
+
 def register_backend(name, build, passes=None):
+    """`build(graph) -> executable`; when `build` is the executable's class, its public methods
+    (llvm_ir, asm, ...) become inspectors of the compiled function."""
     BACKENDS[name] = (build, passes)
 
 
 def default_backend():
     return os.environ.get("BURJIT_BACKEND") or ("native" if "native" in BACKENDS else "reference")
+
+
+def _lookup_backend(name):
+    if name not in BACKENDS:
+        where = "" if name != os.environ.get("BURJIT_BACKEND") else " (from $BURJIT_BACKEND)"
+        raise ValueError(f"unknown backend {name!r}{where}; known backends: {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[name]
 
 
 class Lowered:
@@ -41,24 +57,40 @@ class Lowered:
 
 
 class CompiledFunction:
-    def __init__(self, fn, backend=None, static_argnums=(), donate_argnums=(), passes=None):
+    def __init__(self, fn, backend=None, static_argnums=(), donate_argnums=(), passes=None, cache_size=None):
         functools.update_wrapper(self, fn)
         self.fn = fn
+        if backend is not None:
+            _lookup_backend(backend)
         self.backend = backend
-        self.static_argnums = _as_tuple(static_argnums)
-        self.donate_argnums = _as_tuple(donate_argnums)
+        self.static_argnums = _argnums(static_argnums, "static_argnums")
+        self.donate_argnums = _argnums(donate_argnums, "donate_argnums")
         self.passes = passes
-        self._cache = {}
+        if cache_size is None:
+            cache_size = _env_int("BURJIT_CACHE_SIZE", DEFAULT_CACHE_SIZE)
+        if not isinstance(cache_size, int) or cache_size < 1:
+            raise ValueError(f"cache_size must be a positive int, got {cache_size!r}")
+        self.cache_size = cache_size
+        self._cache = collections.OrderedDict()  # signature -> Lowered, least recently used first
         self._flatteners = {}
         self._last = None
+        self._nums = {}  # number of arguments -> (static positions, donated positions), negatives resolved
 
     def __call__(self, *args):
         key, arrays = self._signature(args)
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = self._lower(args, arrays)
+            entry = self._insert(key, self._lower(args, arrays))
+        elif entry is not self._last:
+            self._cache.move_to_end(key)
         self._last = entry
         return entry.rebuild(entry.executable(arrays))
+
+    def __reduce__(self):
+        # copy, deepcopy and pickle give a fresh compiled function of the same step (compiled code
+        # is process-local: the copy compiles again on first use, or hits the disk cache).
+        return (CompiledFunction, (self.fn, self.backend, self.static_argnums, self.donate_argnums,
+                                   self.passes, self.cache_size))
 
     # -- inspection (for the given arguments' signature, or the last one called) ----------------
     def lower(self, *args):
@@ -67,29 +99,47 @@ class CompiledFunction:
                 raise TracingError("call the step (or pass example arguments) before inspecting it")
             return self._last
         key, arrays = self._signature(args)
-        if key not in self._cache:
-            self._cache[key] = self._lower(args, arrays)
-        self._last = self._cache[key]
-        return self._last
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._insert(key, self._lower(args, arrays))
+        self._last = entry
+        return entry
 
     def graph(self, *args):
         """The graph after passes (print it for a jaxpr-like listing)."""
         return self.lower(*args).graph
 
     def __getattr__(self, name):
-        # llvm_ir, asm, memory_plan...: whatever the backend's executable offers.
-        if name.startswith("_") or name in ("fn", "backend", "passes"):
-            raise AttributeError(name)
+        # llvm_ir, asm, memory_plan...: the public methods of the backend's executable class.
+        build = BACKENDS.get(self.__dict__.get("backend") or default_backend(), (None,))[0]
+        if name.startswith("_") or not isinstance(build, type) or not callable(getattr(build, name, None)):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r} (the "
+                                 f"{self.__dict__.get('backend') or default_backend()} backend has no {name}())")
+
         def inspect(*args, **kw):
-            exe = self.lower(*args).executable
-            if not hasattr(exe, name):
-                raise AttributeError(f"the {self._backend()} backend has no {name}()")
-            return getattr(exe, name)(**kw)
+            return getattr(self.lower(*args).executable, name)(**kw)
+        inspect.__name__ = name
         return inspect
 
     # -- internals ----------------------------------------------------------------------------
     def _backend(self):
         return self.backend or default_backend()
+
+    def _insert(self, key, entry):
+        self._cache[key] = entry
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return entry
+
+    def _positions(self, n):
+        """(static, donated) argument positions for a call with n arguments; negatives count from the end."""
+        nums = self._nums.get(n)
+        if nums is None:
+            nums = self._nums[n] = tuple(frozenset(i % n if -n <= i < 0 else i for i in s)
+                                         for s in (self.static_argnums, self.donate_argnums))
+            if nums[0] & nums[1]:
+                raise ValueError(f"arguments {sorted(nums[0] & nums[1])} are both static and donated")
+        return nums
 
     def _flatten(self, i, arg):
         """pytree.flatten, through a generated flattener for the structure argument i had last time."""
@@ -107,13 +157,14 @@ class CompiledFunction:
     def _signature(self, args):
         """Cache key and input arrays. On the hot path: dtype support is checked when tracing."""
         key, arrays, donated = [], [], []
+        static, donate = self._positions(len(args))
         for i, arg in enumerate(args):
-            if i in self.static_argnums:
-                key.append(("static", _hashable(arg)))
+            if i in static:
+                key.append(("static", _static_key(arg)))
                 continue
             leaves, token = self._flatten(i, arg)
             sig = [token]
-            donating = i in self.donate_argnums
+            donating = i in donate
             for leaf in leaves:
                 if type(leaf) is np.ndarray:
                     if not leaf.flags.c_contiguous:
@@ -129,10 +180,15 @@ class CompiledFunction:
                     arrays.append(np.asarray(leaf))
                     sig.append(((), leaf.dtype))
                 elif isinstance(leaf, (bool, int, float)):
-                    sig.append(("py", type(leaf), leaf))
+                    sig.append(_static_key(leaf))
                 elif isinstance(leaf, Tracer):
                     raise TracingError("a compiled step was called with traced values; call the plain "
                                        "function inside another trace instead")
+                elif isinstance(leaf, (dict, list, tuple)) or leaf is None:
+                    # a container where the generated flattener expected a leaf (an OrderedDict or a
+                    # namedtuple where an array was): forget that flattener and flatten in full
+                    del self._flatteners[i]
+                    return self._signature(args)
                 else:
                     raise TracingError(f"argument {i}: unsupported leaf of type {type(leaf).__name__} "
                                        "(use numpy arrays, Python scalars, or static_argnums)")
@@ -146,8 +202,9 @@ class CompiledFunction:
         with Trace() as t:
             g = t.graph
             traced, in_leaf_pos, k = [], {}, 0
+            static, _ = self._positions(len(args))
             for i, arg in enumerate(args):
-                if i in self.static_argnums:
+                if i in static:
                     traced.append(arg)
                     continue
                 leaves, td = pytree.flatten(arg)
@@ -176,18 +233,27 @@ class CompiledFunction:
                 outs.append(lift(leaf).node)
             g.outputs = outs
         g.aliases = self._aliases(args, arrays, in_leaf_pos, out_tree, g)
-        build, default_passes = BACKENDS[self._backend()]
+        build, default_passes = _lookup_backend(self._backend())
         names = self.passes if self.passes is not None else default_passes
         graph = pipeline.run(g, names)
         return Lowered(graph, build(graph), out_tree)
 
     def _aliases(self, args, arrays, in_leaf_pos, out_tree, g):
         aliases, offset, taken = {}, 0, set()
+        _, donate = self._positions(len(args))
+        for i in sorted(donate):
+            if i >= len(args):
+                raise TracingError(f"donate_argnums: argument {i} was donated but the step got {len(args)} arguments")
+            static = [type(x).__name__ for x in pytree.flatten(args[i])[0] if not isinstance(x, (np.ndarray, np.generic))]
+            if static:
+                raise TracingError(f"donated argument {i} holds Python {', '.join(sorted(set(static)))} leaves: they are "
+                                   "static (compiled into the step) and have no buffer to update in place; pass "
+                                   "them as numpy arrays (np.asarray(x)) or do not donate that argument")
         children = pytree.top_level(out_tree)
         for child in children:
             n = pytree.num_leaves(child)
-            for i in self.donate_argnums:
-                if i in taken or i >= len(args):
+            for i in sorted(donate):
+                if i in taken:
                     continue
                 pos = in_leaf_pos.get(i, [])
                 if child != pytree.flatten(args[i])[1] or n != len(pos):
@@ -199,43 +265,67 @@ class CompiledFunction:
                     taken.add(i)
                     break
             offset += n
-        missing = set(self.donate_argnums) - taken
+        missing = donate - taken
         if missing:
             raise TracingError(f"donate_argnums {sorted(missing)}: no output has the same structure, shapes "
                                "and dtypes as that argument, so it cannot be updated in place")
         return aliases
 
 
-def compile(fn=None, *, backend=None, static_argnums=(), donate_argnums=(), passes=None):
-    """Compile a whole step. Use as @compile or @compile(backend="reference", donate_argnums=0)."""
+def compile(fn=None, *, backend=None, static_argnums=(), donate_argnums=(), passes=None, cache_size=None):
+    """Compile a whole step. Use as @compile or @compile(backend="reference", donate_argnums=0).
+
+    cache_size bounds how many signatures (shapes, dtypes, static values) stay compiled at once."""
     if fn is None:
-        return lambda f: CompiledFunction(f, backend, static_argnums, donate_argnums, passes)
-    return CompiledFunction(fn, backend, static_argnums, donate_argnums, passes)
+        return lambda f: CompiledFunction(f, backend, static_argnums, donate_argnums, passes, cache_size)
+    return CompiledFunction(fn, backend, static_argnums, donate_argnums, passes, cache_size)
 
 
 def _check_donated(donated, arrays):
-    """A donated buffer is overwritten in place, so it must be writable and not also read elsewhere."""
+    """A donated buffer is overwritten in place, so it must be writable and not also read elsewhere.
+
+    Views are caught too (a slice of a donated array passed beside it, or two overlapping donated
+    slices): only when some array is a view or repeats does the per-pair memory check run. Every
+    array here is C-contiguous, so may_share_memory's bounds test is exact.
+    """
     for i, x in donated:
         if not x.flags.writeable:
             raise ValueError(f"donated argument {i} has a read-only array")
-    if len(set(map(id, arrays))) == len(arrays):
+    if len(set(map(id, arrays))) == len(arrays) and all(a.base is None for a in arrays):
         return
-    uses = {}
-    for a in arrays:
-        uses[id(a)] = uses.get(id(a), 0) + 1
     for i, x in donated:
-        if uses[id(x)] > 1:
-            raise ValueError(f"an array of donated argument {i} is also passed elsewhere; "
-                             "it would be overwritten while still being read")
+        if sum(a is x or np.may_share_memory(a, x) for a in arrays) > 1:
+            raise ValueError(f"an array of donated argument {i} shares memory with another argument (the same "
+                             "array or a view of it); it would be overwritten while still being read")
 
 
-def _as_tuple(x):
-    return (x,) if isinstance(x, int) else tuple(x)
+def _argnums(x, what):
+    nums = (x,) if isinstance(x, int) else tuple(x)
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in nums):
+        raise TypeError(f"{what} must be an int or a sequence of ints, got {x!r}")
+    return nums
 
 
-def _hashable(v):
+def _env_int(name, default):
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"${name} must be an integer, got {value!r}") from None
+
+
+def _static_key(v):
+    """A cache-key item for a static value, by type and bit pattern: 1, 1.0 and True differ, 0.0
+    and -0.0 differ, and NaN equals itself (a NaN argument would otherwise retrace every call)."""
+    t = type(v)
+    if isinstance(v, (float, np.floating)):
+        return (t, float(v).hex())
+    if t is tuple or t is list:
+        return (t, tuple(_static_key(x) for x in v))
     try:
         hash(v)
     except TypeError:
         raise TracingError(f"static argument {v!r} is not hashable") from None
-    return v
+    return (t, v)

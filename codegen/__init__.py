@@ -16,6 +16,6 @@ from burjit.jit import register_backend
 
 from .native import NativeExecutable, build
 
-register_backend("native", build)
+register_backend("native", NativeExecutable)
 
 __all__ = ["NativeExecutable", "build"]

@@ -31,10 +31,11 @@ def prepare(graph):
 
 def run(graph, names=None):
     names = DEFAULT if names is None else tuple(names)
-    unknown = set(names) - set(PASSES)
-    if unknown:
-        raise ValueError(f"unknown passes {sorted(unknown)}; known: {list(PASSES)}")
     off = {p.strip() for p in os.environ.get("BURJIT_DISABLE_PASSES", "").split(",") if p.strip()}
+    for what, given in (("passes", names), ("$BURJIT_DISABLE_PASSES names passes", off)):
+        unknown = set(given) - set(PASSES)
+        if unknown:
+            raise ValueError(f"unknown {what} {sorted(unknown)}; known: {list(PASSES)}")
     for name, fn in PASSES.items():
         if name in names and name not in off:
             graph = fn(graph)
