@@ -36,6 +36,10 @@ def value_and_grad(f, argnums=0, has_aux=False):
             from .jit import compile as _compile
             return _compile(lambda *a: vg(*a, **kwargs), backend="reference")(*args)
         args = list(args)
+        bad = [i for i in nums if not -len(args) <= i < len(args)]
+        if bad:
+            raise TracingError(f"{describe(user_src())}\n  argnums {bad[0]} is out of range: "
+                               f"{getattr(f, '__name__', 'f')} was called with {len(args)} positional arguments")
         wrt = []
         for i in nums:
             leaves, td = pytree.flatten(args[i])
@@ -43,6 +47,10 @@ def value_and_grad(f, argnums=0, has_aux=False):
             wrt.append((td, fresh))
             args[i] = pytree.unflatten(td, fresh)
         result = f(*args, **kwargs)
+        if has_aux and not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise TracingError(f"{describe(user_src())}\n  has_aux=True needs f to return a pair (loss, aux), "
+                               f"got {type(result).__name__}"
+                               + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else ""))
         loss = result[0] if has_aux else result
         loss = loss if isinstance(loss, Tracer) else F.astype(loss, "float64")
         if loss.shape != () or loss.dtype not in P.FLOATS:
@@ -66,6 +74,8 @@ def _fresh(x):
 
 def backward(out, wrt):
     """Cotangents of scalar `out` w.r.t. each Tracer in `wrt` (zeros where out does not depend on it)."""
+    if not wrt:  # e.g. grad with respect to an empty dict
+        return []
     graph = out.trace.graph
     wrt_nodes = {x.node for x in wrt}
     # Nodes on a path wrt -> out. Node ids grow while tracing, so id order is topological.

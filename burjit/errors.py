@@ -7,3 +7,7 @@ class TracingError(Exception):
 
 class ShapeError(TracingError, ValueError):
     """Operand shapes or dtypes do not fit the operation."""
+
+
+class AxisError(ShapeError, IndexError):
+    """An axis out of range for the array's rank (an IndexError and a ValueError, as numpy's)."""

@@ -7,11 +7,12 @@ promotion by inserting explicit broadcast_to / convert nodes.
 
 import builtins
 import math
+import operator
 
 import numpy as np
 
 from . import primitives as P
-from .errors import ShapeError
+from .errors import AxisError, ShapeError, TracingError
 from .tracer import Tracer, bind, describe, lift, check_dtype, user_src
 
 __all__ = [
@@ -56,15 +57,24 @@ def _elementwise(op, *xs, floating=False):
     return bind(op, _broadcast_all(_promote(xs, floating or op in P.ELEMENTWISE_FLOAT_ONLY)))
 
 
+def _axis(a, ndim, shape=None):
+    """One axis in [0, ndim), from an int in [-ndim, ndim): numpy's TypeError / AxisError otherwise."""
+    try:
+        a = operator.index(a)
+    except TypeError:
+        raise TypeError(f"{describe(user_src())}\n  an axis must be an integer, got {a!r}") from None
+    if not -ndim <= a < ndim:
+        raise AxisError(f"{describe(user_src())}\n  axis {a} is out of range for "
+                        + (f"shape {shape}" if shape is not None else f"{ndim} dimensions"))
+    return a % ndim
+
+
 def _axes(x, axis):
     if axis is None:
         return tuple(range(x.ndim))
-    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
-    out = []
-    for a in axes:
-        if not -x.ndim <= a < x.ndim:
-            raise ShapeError(f"{describe(user_src())}\n  axis {a} is out of range for shape {x.shape}")
-        out.append(a % x.ndim)
+    out = [_axis(a, x.ndim, x.shape) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
+    if len(set(out)) != len(out):
+        raise ValueError(f"{describe(user_src())}\n  repeated axis in {axis!r}")
     return tuple(sorted(out))
 
 
@@ -129,16 +139,35 @@ def astype(x, dtype):
     return x if x.dtype == dtype else bind("convert", [x], dtype=dtype)
 
 
-def zeros_like(x, dtype=None):
-    return bind("const", [], value=0, shape=x.shape, dtype=dtype or x.dtype)
+def zeros_like(x, dtype=None, shape=None):
+    return bind("const", [], value=0, shape=x.shape if shape is None else shape, dtype=dtype or x.dtype)
 
 
 def ones_like(x, dtype=None):
     return bind("const", [], value=1, shape=x.shape, dtype=dtype or x.dtype)
 
 
-def arange(n, dtype="int64"):
-    return bind("iota", [], shape=(int(n),), axis=0, dtype=check_dtype(np.dtype(dtype), "arange"))
+def arange(start, stop=None, step=None, dtype=None):
+    """numpy.arange: start + i * step for i < ceil((stop - start) / step). Bounds are static
+    numbers; the dtype follows numpy (int64 for ints, float64 if any bound is a float)."""
+    if stop is None:
+        start, stop = 0, start
+    step = 1 if step is None else step
+    for v in (start, stop, step):
+        if isinstance(v, Tracer) or not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool):
+            raise TypeError(f"{describe(user_src())}\n  arange bounds must be Python or numpy numbers "
+                            f"(they fix the result's shape), got {type(v).__name__}")
+    if step == 0:
+        raise ZeroDivisionError(f"{describe(user_src())}\n  arange with step 0")
+    n = builtins.max(0, math.ceil((stop - start) / step))
+    dtype = check_dtype(np.result_type(start, stop, step) if dtype is None else np.dtype(dtype), "arange")
+    exact = all(isinstance(v, (int, np.integer)) for v in (start, step)) or dtype in P.FLOATS
+    r = bind("iota", [], shape=(n,), axis=0, dtype=dtype if exact else "float64")
+    if step != 1:
+        r = r * step
+    if start != 0:
+        r = r + start
+    return astype(r, dtype)
 
 
 # -- reductions -------------------------------------------------------------------------------
@@ -155,7 +184,7 @@ def sum(x, axis=None, keepdims=False):
 def mean(x, axis=None, keepdims=False):
     (x,) = _promote([lift(x)], floating=True)
     n = int(np.prod([x.shape[a] for a in _axes(x, axis)], dtype=np.int64))
-    return sum(x, axis, keepdims) * (1.0 / n)
+    return sum(x, axis, keepdims) * (1.0 / n if n else math.nan)  # the mean of nothing is NaN, as in numpy
 
 
 def max(x, axis=None, keepdims=False):
@@ -227,7 +256,13 @@ def broadcast_to(x, shape):
 
 def reshape(x, shape):
     x = lift(x)
-    shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+    try:
+        shape = (operator.index(shape),) if not isinstance(shape, (tuple, list)) else tuple(map(operator.index, shape))
+    except TypeError:
+        raise TypeError(f"{describe(user_src())}\n  a shape must be an int or a sequence of ints, got {shape!r}") from None
+    if shape.count(-1) > 1 or any(s < -1 for s in shape):
+        raise ShapeError(f"{describe(user_src())}\n  cannot reshape {x.shape} to {shape}: "
+                         "dimensions must be >= 0, with at most one -1")
     if shape.count(-1) == 1:
         known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
         if known == 0 or x.size % known:
@@ -238,15 +273,24 @@ def reshape(x, shape):
 
 def transpose(x, axes=None):
     x = lift(x)
-    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(a % x.ndim for a in axes)
+    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(_axis(a, x.ndim, x.shape) for a in axes)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"{describe(user_src())}\n  transpose axes {tuple(axes)} are not a permutation of "
+                         f"the {x.ndim} axes of shape {x.shape}")
     return x if perm == tuple(range(x.ndim)) else bind("transpose", [x], perm=perm)
 
 
 def concatenate(xs, axis=0):
+    """numpy.concatenate; axis=None joins the flattened values."""
+    if not len(xs):
+        raise ShapeError(f"{describe(user_src())}\n  concatenate needs at least one array")
     xs = _promote([lift(x) for x in xs])
+    if axis is None:
+        xs, axis = [reshape(x, (-1,)) for x in xs], 0
     if not xs[0].shape:
         raise ShapeError(f"{describe(user_src())}\n  cannot concatenate 0-d values")
-    return xs[0] if len(xs) == 1 else bind("concatenate", xs, axis=axis % xs[0].ndim)
+    axis = _axis(axis, xs[0].ndim, xs[0].shape)
+    return xs[0] if len(xs) == 1 else bind("concatenate", xs, axis=axis)
 
 
 def take(table, idx, axis=0):
@@ -304,9 +348,12 @@ def getitem(x, key):
     key = key if isinstance(key, tuple) else (key,)
     if builtins.sum(k is Ellipsis for k in key) > 1:
         raise ShapeError(f"{describe(user_src())}\n  only one Ellipsis is allowed in an index")
-    n_real = builtins.sum(k is not None and k is not Ellipsis for k in key)
-    if Ellipsis in key:
-        i = key.index(Ellipsis)
+    # numpy: a bool scalar is a new axis of length 1 (True) or 0 (False), like None
+    key = tuple(bool(k) if isinstance(k, (bool, np.bool_)) else k for k in key)
+    n_real = builtins.sum(k is not None and k is not Ellipsis and not isinstance(k, bool) for k in key)
+    dots = [i for i, k in enumerate(key) if k is Ellipsis]
+    if dots:
+        i = dots[0]
         key = key[:i] + (slice(None),) * (x.ndim - n_real) + key[i + 1:]
     else:
         key = key + (slice(None),) * (x.ndim - n_real)
@@ -314,8 +361,8 @@ def getitem(x, key):
         raise ShapeError(f"{describe(user_src())}\n  too many indices ({n_real}) for shape {x.shape}")
     starts, steps, sizes, out_shape, axis = [], [], [], [], 0
     for k in key:
-        if k is None:
-            out_shape.append(1)
+        if k is None or isinstance(k, bool):
+            out_shape.append(int(k is not False))
             continue
         n = x.shape[axis]
         if isinstance(k, slice):
@@ -333,9 +380,11 @@ def getitem(x, key):
             steps.append(1)
             sizes.append(1)
         else:
-            raise ShapeError(f"{describe(user_src())}\n  unsupported index {k!r}: use ints, slices, None, "
+            raise IndexError(f"{describe(user_src())}\n  unsupported index {k!r}: use ints, slices, None, "
                              "or one integer array on the first axis")
         axis += 1
+    if 0 in out_shape and x.size:  # x[False]: nothing of x is read
+        return zeros_like(x, shape=tuple(out_shape))
     r = x
     if (tuple(starts), tuple(sizes)) != ((0,) * x.ndim, x.shape) or any(s != 1 for s in steps):
         r = bind("slice", [x], starts=tuple(starts), steps=tuple(steps), shape=tuple(sizes))

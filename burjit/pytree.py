@@ -1,7 +1,8 @@
 """Pytrees: nested dicts, lists, tuples (and None) whose leaves are arrays or scalars.
 
 A treedef is a hashable nested tuple, so it can sit in a compile-cache key as it is.
-Dict keys are sorted, as in JAX, so two dicts built in different orders trace alike.
+Dict keys are sorted, as in JAX, so two dicts built in different orders trace alike (keys of
+mixed types sort by type name first).
 """
 
 _LEAF = "*"
@@ -18,7 +19,7 @@ def _flatten(tree, leaves):
     if t is list or t is tuple:
         return (t.__name__, len(tree), tuple([_flatten(x, leaves) for x in tree]))
     if isinstance(tree, dict):
-        keys = sorted(tree)
+        keys = _sorted_keys(tree)
         return ("dict", tuple(keys), tuple([_flatten(tree[k], leaves) for k in keys]))
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):
         return ("namedtuple", t, tuple([_flatten(x, leaves) for x in tree]))
@@ -28,6 +29,14 @@ def _flatten(tree, leaves):
         return ("none",)
     leaves.append(tree)
     return _LEAF
+
+
+def _sorted_keys(d):
+    """Sorted keys; keys of mixed types (1 and "a") sort by type name first, then value."""
+    try:
+        return sorted(d)
+    except TypeError:
+        return sorted(d, key=lambda k: (type(k).__name__, k))
 
 
 def unflatten(treedef, leaves):

@@ -15,9 +15,10 @@ from . import primitives as P
 from .errors import ShapeError, TracingError
 from .graph import Graph, Literal
 
+# burjit's own folders and numpy's install folder: frames there are not the user's line.
 _OWN_DIRS = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in (
     __file__, os.path.join(os.path.dirname(__file__), "..", "passes", "x"),
-    os.path.join(os.path.dirname(__file__), "..", "codegen", "x")))
+    os.path.join(os.path.dirname(__file__), "..", "codegen", "x"), np.__file__))
 _state = threading.local()
 
 
@@ -28,7 +29,7 @@ def _is_own(filename):
     own = _own_file.get(filename)
     if own is None:
         name = os.path.abspath(filename)
-        own = _own_file[filename] = name.startswith(_OWN_DIRS) or f"{os.sep}numpy{os.sep}" in name
+        own = _own_file[filename] = name.startswith(_OWN_DIRS)
     return own
 
 
@@ -99,6 +100,9 @@ def lift(x, like=None):
     """Make x a Tracer: Python scalars take the dtype of `like` (weak typing), arrays become literals."""
     if isinstance(x, Tracer):
         return x
+    if not isinstance(x, (bool, int, float, np.ndarray, np.generic, list, tuple)):
+        raise TracingError(f"{describe(user_src())}\n  a {type(x).__name__} cannot be used as an array "
+                           "in a traced step")
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         natural = "bool" if isinstance(x, bool) else "int64" if isinstance(x, int) else "float64"
         dtype = natural
@@ -173,6 +177,9 @@ class Tracer:
 
     def __complex__(self):
         self._refuse("complex()")
+
+    def __array__(self, dtype=None, copy=None):
+        self._refuse("numpy.asarray()")
 
     def __len__(self):
         if not self.shape:

@@ -139,7 +139,7 @@ def test_data_movement():
     x = _data("float64", (3, 4, 5), 7)
     compare(lambda x: {"t": F.transpose(x, (2, 0, 1)), "rev": x[::-1, :, ::2], "slice": x[1:, 1:3, 4],
                        "bcast": F.broadcast_to(x[:, :1, :], (2, 3, 4, 5)), "reshape": F.reshape(F.transpose(x), (20, 3)),
-                       "concat": F.concatenate([x, x * 2.0, x[:, :1]], 1), "iota": F.arange(6, "int32"),
+                       "concat": F.concatenate([x, x * 2.0, x[:, :1]], 1), "iota": F.arange(6, dtype="int32"),
                        "onehot": F.one_hot(F.minimum(F.arange(4), 2), 5)}, x)
     for passes in PASS_CONFIGS.values():
         compare(lambda x: burjit.grad(lambda x: F.sum(x[::-1, 1:3] * x[::-1, 1:3]) + F.sum(F.concatenate([x, x], 2)))(x),

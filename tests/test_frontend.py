@@ -1,6 +1,7 @@
 """The tracer, autodiff and front door: values, gradients, pytrees, caching, donation, errors."""
 
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -338,3 +339,85 @@ def test_cross_entropy_refuses_out_of_range_targets(backend, bad):
     np.testing.assert_allclose(loss, np.log(3.0))
     with pytest.raises(IndexError):
         step(logits, np.array([0, bad]))
+
+
+# -- numpy's rules for arguments, and errors that name the user's line -----------------------------
+
+HERE = os.path.abspath(__file__)
+
+
+def _raises(fn, error, match, *args):
+    """fn traced on args raises `error`: its first line names this file (the user's line), the rest matches."""
+    with pytest.raises(error) as info:
+        burjit.compile(fn, backend="reference")(*(args or (np.ones((2, 3)),)))
+    where, _, what = str(info.value).partition("\n")
+    assert where.startswith(HERE + ":"), str(info.value)
+    assert re.search(match, what), str(info.value)
+
+
+@pytest.mark.parametrize("fn, error, match", [
+    (lambda x: F.concatenate([x, x], axis=5), IndexError, "axis 5 is out of range"),
+    (lambda x: F.concatenate([x, x], axis=-3), ValueError, "axis -3 is out of range"),
+    (lambda x: F.transpose(x, (0, 5)), IndexError, "axis 5 is out of range"),
+    (lambda x: F.transpose(x, (1, 1)), ValueError, "not a permutation"),
+    (lambda x: F.sum(x, axis=1.0), TypeError, "axis must be an integer"),
+    (lambda x: F.sum(x, axis=(1, -1)), ValueError, "repeated axis"),
+    (lambda x: F.concatenate([]), ValueError, "at least one array"),
+    (lambda x: F.reshape(x, (-3, -1)), ValueError, "at most one -1"),
+    (lambda x: F.reshape(x, (-1, -1)), ValueError, "at most one -1"),
+    (lambda x: F.reshape(x, 2.0), TypeError, "shape must be"),
+    (lambda x: x[1.5], IndexError, "unsupported index"),
+    (lambda x: F.arange(x.shape[0] * 1.0, step=0), ZeroDivisionError, "step 0"),
+    (lambda x: np.asarray(x), burjit.TracingError, r"numpy.asarray\(\) of a traced value"),
+    (lambda x: x == None, burjit.TracingError, "NoneType cannot be used as an array"),  # noqa: E711
+    (lambda x: burjit.grad(F.sum, has_aux=True)(x), burjit.TracingError, r"has_aux=True needs f to return a pair"),
+    (lambda x: burjit.grad(lambda y: (F.sum(y), 1, 2), has_aux=True)(x), burjit.TracingError, "of length 3"),
+    (lambda x: burjit.grad(F.sum, argnums=3)(x), burjit.TracingError, "argnums 3 is out of range"),
+])
+def test_invalid_arguments_raise_numpys_error_at_the_users_line(fn, error, match):
+    _raises(fn, error, match)
+
+
+@pytest.mark.parametrize("fn, want", [
+    (lambda x: x[True], lambda x: x[True]),
+    (lambda x: x[False], lambda x: x[False]),
+    (lambda x: x[None, True, 1], lambda x: x[None, True, 1]),
+    (lambda x: F.arange(3.7), lambda x: np.arange(3.7)),
+    (lambda x: F.arange(1, 8, 3), lambda x: np.arange(1, 8, 3)),
+    (lambda x: F.arange(0.5, 2, 0.25), lambda x: np.arange(0.5, 2, 0.25)),
+    (lambda x: F.arange(5, 1, -2), lambda x: np.arange(5, 1, -2)),
+    (lambda x: F.arange(4, dtype="float32"), lambda x: np.arange(4, dtype="float32")),
+    (lambda x: F.concatenate([x, x], axis=None), lambda x: np.concatenate([x, x], axis=None)),
+    (lambda x: F.concatenate([x, x], axis=-1), lambda x: np.concatenate([x, x], axis=-1)),
+    (lambda x: F.transpose(x, (-1, 0)), lambda x: np.transpose(x, (-1, 0))),
+    (lambda x: F.reshape(x, (3, -1)), lambda x: np.reshape(x, (3, -1))),
+    (lambda x: F.mean(x[:, :0]), lambda x: np.float64("nan")),
+    (lambda x: F.mean(x[:0], axis=0), lambda x: np.full(3, np.nan)),
+])
+def test_numpy_results_for_edge_arguments(backend, fn, want):
+    x = np.arange(6.0).reshape(2, 3)
+    got = burjit.compile(fn, backend=backend)(x)
+    expected = np.asarray(want(x))
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_grad_with_respect_to_an_empty_dict_and_negative_argnums(backend):
+    step = burjit.compile(burjit.grad(lambda d, x: F.sum(x * x), argnums=(0, -1)), backend=backend)
+    g_d, g_x = step({}, np.arange(3.0))
+    assert g_d == {} and np.array_equal(g_x, [0.0, 2.0, 4.0])
+    assert burjit.compile(burjit.grad(lambda d, x: F.sum(x * x)), backend=backend)({}, np.arange(3.0)) == {}
+
+
+def test_user_code_in_a_folder_named_numpy_is_the_users_line(tmp_path):
+    folder = tmp_path / "numpy"
+    folder.mkdir()
+    (folder / "user_step.py").write_text("def step(x):\n    return x.reshape((5, 7))\n")
+    sys.path.insert(0, str(folder))
+    try:
+        import user_step
+        with pytest.raises(burjit.ShapeError, match=r"user_step.py:2: return x.reshape\(\(5, 7\)\)"):
+            burjit.compile(user_step.step, backend="reference")(np.ones(4))
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("user_step", None)
