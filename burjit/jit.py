@@ -156,7 +156,7 @@ class CompiledFunction:
 
     def _signature(self, args):
         """Cache key and input arrays. On the hot path: dtype support is checked when tracing."""
-        key, arrays, donated = [], [], []
+        key, arrays, donated, views = [], [], [], False
         static, donate = self._positions(len(args))
         for i, arg in enumerate(args):
             if i in static:
@@ -174,6 +174,8 @@ class CompiledFunction:
                         leaf = np.ascontiguousarray(leaf)  # documented copy
                     elif donating:
                         donated.append((i, leaf))
+                    if donate and leaf.base is not None:
+                        views = True
                     arrays.append(leaf)
                     sig.append((leaf.shape, leaf.dtype))
                 elif isinstance(leaf, np.generic):
@@ -194,7 +196,7 @@ class CompiledFunction:
                                        "(use numpy arrays, Python scalars, or static_argnums)")
             key.append(tuple(sig))
         if donated:
-            _check_donated(donated, arrays)
+            _check_donated(donated, arrays, views)
         return tuple(key), arrays
 
     def _lower(self, args, arrays):
@@ -281,17 +283,17 @@ def compile(fn=None, *, backend=None, static_argnums=(), donate_argnums=(), pass
     return CompiledFunction(fn, backend, static_argnums, donate_argnums, passes, cache_size)
 
 
-def _check_donated(donated, arrays):
+def _check_donated(donated, arrays, views):
     """A donated buffer is overwritten in place, so it must be writable and not also read elsewhere.
 
     Views are caught too (a slice of a donated array passed beside it, or two overlapping donated
-    slices): only when some array is a view or repeats does the per-pair memory check run. Every
-    array here is C-contiguous, so may_share_memory's bounds test is exact.
+    slices): only when some array is a view (`views`) or repeats does the per-pair memory check
+    run. Every array here is C-contiguous, so may_share_memory's bounds test is exact.
     """
     for i, x in donated:
         if not x.flags.writeable:
             raise ValueError(f"donated argument {i} has a read-only array")
-    if len(set(map(id, arrays))) == len(arrays) and all(a.base is None for a in arrays):
+    if not views and len(set(map(id, arrays))) == len(arrays):
         return
     for i, x in donated:
         if sum(a is x or np.may_share_memory(a, x) for a in arrays) > 1:
