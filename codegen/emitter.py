@@ -2,14 +2,15 @@
 
 A value's LLVM type says its dtype (float/double, i32/i64, i1 for bool), so methods need no
 dtype arguments. exp/log/tanh come from mathfns (branch-free polynomials, so loops over them
-still vectorise); sqrt/max/min/pow use LLVM intrinsics. Float arithmetic may contract a*b+c
-into an FMA; nothing else is reassociated, so results stay within rounding of numpy.
+still vectorise); sqrt/max/min/pow use LLVM intrinsics. Float arithmetic carries no fast-math
+flags: no FMA contraction (`a*a - b*b` with a == b must be 0, as in numpy, jax and torch) and no
+reassociation, so each op rounds as numpy's does. Only reductions (program.py) and matmul reassociate.
 """
 
 from llvmlite import ir
 
 from . import mathfns
-from .types import F32, FLAGS, I1, I8, ITEMSIZE, MEM, REG, const, declare, is_float, mangle
+from .types import F32, I1, I8, ITEMSIZE, MEM, REG, const, declare, is_float, mangle
 
 _FPRED = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=="}
 
@@ -30,13 +31,13 @@ class Emitter:
 
     # -- arithmetic -----------------------------------------------------------------------------
     def add(self, x, y):
-        return self.b.fadd(x, y, flags=FLAGS) if is_float(x.type) else self.b.add(x, y)
+        return self.b.fadd(x, y) if is_float(x.type) else self.b.add(x, y)
 
     def sub(self, x, y):
-        return self.b.fsub(x, y, flags=FLAGS) if is_float(x.type) else self.b.sub(x, y)
+        return self.b.fsub(x, y) if is_float(x.type) else self.b.sub(x, y)
 
     def mul(self, x, y):
-        return self.b.fmul(x, y, flags=FLAGS) if is_float(x.type) else self.b.mul(x, y)
+        return self.b.fmul(x, y) if is_float(x.type) else self.b.mul(x, y)
 
     def div(self, x, y):
         return self.b.fdiv(x, y)

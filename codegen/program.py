@@ -12,9 +12,9 @@ from burjit import primitives as P
 
 from . import loops
 from .emitter import Emitter
-from .types import FLAGS, REG, const, is_float
+from .types import REG, const, is_float
 
-_REDUCE_FLAGS = FLAGS + ("reassoc", "nsz")  # lets the vectoriser split the accumulation into lanes
+_REDUCE_FLAGS = ("reassoc", "nsz")  # lets the vectoriser split the accumulation into lanes
 
 
 class Program:

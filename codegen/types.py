@@ -6,7 +6,6 @@ F32, F64, I1, I8, I32, I64 = ir.FloatType(), ir.DoubleType(), ir.IntType(1), ir.
 REG = {"float32": F32, "float64": F64, "int32": I32, "int64": I64, "bool": I1}   # in registers
 MEM = {"float32": F32, "float64": F64, "int32": I32, "int64": I64, "bool": I8}   # in memory
 ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
-FLAGS = ("contract",)
 
 
 def is_float(ty):
