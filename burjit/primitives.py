@@ -116,9 +116,11 @@ elementwise("sqrt", np.sqrt, lambda e, x: e.sqrt(x),
             lambda F, g, out, xs, needs, a: [g * 0.5 / out])
 elementwise("abs", np.abs, lambda e, x: e.abs(x),
             lambda F, g, out, xs, needs, a: [g * F.sign(xs[0])], _same_numeric)
+# sign(nan) is nan: x != x is true only for nan, and selects x itself.
 elementwise("sign", np.sign,
             lambda e, x: e.select(e.cmp(">", x, e.const(0, x)), e.const(1, x),
-                                  e.select(e.cmp("<", x, e.const(0, x)), e.const(-1, x), e.const(0, x))),
+                                  e.select(e.cmp("<", x, e.const(0, x)), e.const(-1, x),
+                                           e.select(e.cmp("!=", x, x), x, e.const(0, x)))),
             lambda F, g, out, xs, needs, a: [None], _same_numeric)
 # sigmoid is primitive (not 1/(1+exp(-x))) so its adjoint, out*(1-out), stays finite for large |x|.
 elementwise("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x)),
@@ -139,13 +141,23 @@ elementwise("div", np.divide, lambda e, x, y: e.div(x, y),
             lambda F, g, out, xs, needs, a: [g / xs[1] if needs[0] else None,
                                              -g * out / xs[1] if needs[1] else None])
 elementwise("pow", np.power, lambda e, x, y: e.pow(x, y),
-            lambda F, g, out, xs, needs, a: [g * xs[1] * xs[0] ** (xs[1] - 1.0) if needs[0] else None,
-                                             g * out * F.log(xs[0]) if needs[1] else None])
+            lambda F, g, out, xs, needs, a: [_pow_base(F, g, *xs) if needs[0] else None,
+                                             _pow_exponent(F, g, out, xs[0]) if needs[1] else None])
 # Ties send the whole cotangent to the second operand: relu(x) = maximum(x, 0) has slope 0 at 0.
 elementwise("maximum", np.maximum, lambda e, x, y: e.max(x, y),
             lambda F, g, out, xs, needs, a: _minmax(F, g, xs[0] > xs[1]), _same_numeric)
 elementwise("minimum", np.minimum, lambda e, x, y: e.min(x, y),
             lambda F, g, out, xs, needs, a: _minmax(F, g, xs[0] < xs[1]), _same_numeric)
+
+
+def _pow_base(F, g, x, y):
+    """y x^(y-1), but 0 where y == 0 (as jax and torch): x^0 is constant even at x = 0."""
+    return g * F.where(y == 0.0, F.zeros_like(y), y * x ** (y - 1.0))
+
+
+def _pow_exponent(F, g, out, x):
+    """x^y log x, with log 1 in place of log 0 (as jax): at x = 0 the slope in y is 0, not 0 * -inf."""
+    return g * out * F.log(F.where(x == 0.0, F.ones_like(x), x))
 
 
 def _minmax(F, g, first):
@@ -164,7 +176,9 @@ elementwise("where", np.where, lambda e, c, x, y: e.select(c, x, y),
                                              F.where(xs[0], F.zeros_like(g), g) if needs[2] else None],
             _select)
 elementwise("convert", lambda x, dtype: x.astype(dtype), lambda e, x, dtype: e.cast(x, dtype),
-            lambda F, g, out, xs, needs, a: [F.astype(g, xs[0].dtype)], _convert)
+            lambda F, g, out, xs, needs, a: [F.astype(g, xs[0].dtype)
+                                             if xs[0].dtype in FLOATS and a["dtype"] in FLOATS else None],
+            _convert)
 # `id` marks a fresh use of a value (grad differentiates w.r.t. it); simplify removes it.
 elementwise("id", np.copy, lambda e, x: x, lambda F, g, out, xs, needs, a: [g], _identity_dtype)
 elementwise("stop_gradient", np.copy, lambda e, x: x, lambda F, g, out, xs, needs, a: [None],

@@ -65,11 +65,16 @@ BINARY = {"add": F.add, "sub": F.subtract, "mul": F.multiply, "div": lambda x, y
           "not": lambda x, y: F.logical_not(x > y)}
 
 
+SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, 50.0]
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("passes", ["default", "none"])
 def test_elementwise_float_ops(dtype, passes):
     x, y = _data(dtype, (37,), 1), _data(dtype, (37,), 2)
     y[::5] = x[::5]  # ties for eq/le/ge/max
+    x[1:36:5] = SPECIAL  # each op's nan/inf/signed-zero results must be numpy's too
+    y[3:36:5] = SPECIAL[::-1]
     compare(lambda x, y: {**{k: f(x) for k, f in UNARY.items()}, **{k: f(x, y) for k, f in BINARY.items()}},
             x, y, passes=PASS_CONFIGS[passes])
 

@@ -152,6 +152,22 @@ def test_convert_cotangent_keeps_input_dtype():
     np.testing.assert_array_equal(g, [2.0, 2.0, 2.0])
 
 
+@pytest.mark.parametrize("through", ["int32", "int64", "bool"])
+def test_no_gradient_through_a_cast_to_int_or_bool(backend, through):
+    """Rounding to an integer is flat almost everywhere: its slope is 0 (as in jax), not 1."""
+    f = lambda x: F.sum(F.astype(F.astype(x, through), "float64") * 3.7) + F.sum(F.astype(x, "float32"))
+    g = burjit.compile(burjit.grad(f), backend=backend)(np.array([0.4, 1.6, -2.5]))
+    np.testing.assert_array_equal(g, [1.0, 1.0, 1.0])
+
+
+def test_pow_gradients_at_zero_base_and_exponent(backend):
+    """d/dy x^y at x = 0 is 0 (not 0 * log 0) and d/dx x^0 is 0 (not 0 * 0^-1), as in jax and torch."""
+    x, y = np.array([0.0, 0.0, 2.0, 0.0]), np.array([2.0, 3.0, 3.0, 0.0])
+    gx, gy = burjit.compile(burjit.grad(lambda x, y: F.sum(x ** y), argnums=(0, 1)), backend=backend)(x, y)
+    np.testing.assert_allclose(gy, [0.0, 0.0, 8 * np.log(2.0), 0.0])
+    np.testing.assert_allclose(gx, [0.0, 0.0, 12.0, 0.0])
+
+
 def test_softplus_sigmoid_stay_finite_far_out():
     g = burjit.grad(lambda x: F.sum(F.softplus(x) + F.sigmoid(x)))(np.array([-800.0, 0.0, 800.0]))
     assert np.all(np.isfinite(g))
