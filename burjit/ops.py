@@ -203,6 +203,7 @@ def min(x, axis=None, keepdims=False):
 def logsumexp(x, axis=-1, keepdims=False):
     x = lift(x)
     m = stop_gradient(max(x, axis, keepdims=True))
+    m = where(abs(m) < math.inf, m, 0.0)  # an all -inf row is -inf, a row holding +inf is inf (not inf - inf)
     r = m + log(sum(exp(x - m), axis, keepdims=True))
     return r if keepdims else reshape(r, tuple(s for i, s in enumerate(x.shape) if i not in _axes(x, axis)))
 
@@ -238,7 +239,9 @@ def cross_entropy(logits, targets):
     # Gathering zeros at the targets adds nothing but makes a target outside [0, n) raise
     # IndexError, where the one-hot product alone would silently score it as 0.
     in_range = take(np.zeros((n,), lp.dtype), targets)
-    return -mean(sum(lp * one_hot(targets, n, lp.dtype), -1) + in_range)
+    # where, not a one-hot product: a masked (-inf) logit in another class must not make -inf * 0.
+    picked = where(one_hot(targets, n, "bool"), lp, 0.0)
+    return -mean(sum(picked, -1) + in_range)
 
 
 def mse(pred, target):

@@ -168,6 +168,13 @@ def test_pow_gradients_at_zero_base_and_exponent(backend):
     np.testing.assert_allclose(gx, [0.0, 0.0, 12.0, 0.0])
 
 
+def test_logsumexp_of_infinite_rows(backend):
+    """As jax, torch and scipy: all -inf gives -inf, a +inf anywhere gives inf, nan stays nan."""
+    x = np.array([[-np.inf, -np.inf], [0.0, np.inf], [1.0, -np.inf], [np.nan, 1.0], [-np.inf, np.inf]])
+    got = burjit.compile(lambda x: F.logsumexp(x, -1), backend=backend)(x)
+    np.testing.assert_array_equal(got, [-np.inf, np.inf, 1.0, np.nan, np.inf])
+
+
 def test_softplus_sigmoid_stay_finite_far_out():
     g = burjit.grad(lambda x: F.sum(F.softplus(x) + F.sigmoid(x)))(np.array([-800.0, 0.0, 800.0]))
     assert np.all(np.isfinite(g))
