@@ -128,6 +128,19 @@ def _fmt(v):
     return repr(v)
 
 
+def value_key(v):
+    """The identity of a static value (an attr, a static argument), by type and bit pattern: 1, 1.0
+    and True differ, 0.0 and -0.0 differ, and NaN equals itself, where == and hash would merge or
+    split them. Raises TypeError for unhashable values."""
+    t = type(v)
+    if isinstance(v, (float, np.floating)):
+        return (t, float(v).hex())
+    if t is tuple or t is list:
+        return (t, tuple(value_key(x) for x in v))
+    hash(v)
+    return (t, v)
+
+
 class Literal:
     """A captured numpy array as a hashable node attribute (hashed and compared by content)."""
 

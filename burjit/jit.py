@@ -22,6 +22,7 @@ import numpy as np
 
 from . import pytree
 from .errors import TracingError
+from .graph import value_key
 from .tracer import Trace, Tracer, bind, check_dtype, lift
 
 BACKENDS = {}  # name -> (build, default pass names or None for the pipeline's default)
@@ -319,15 +320,7 @@ def _env_int(name, default):
 
 
 def _static_key(v):
-    """A cache-key item for a static value, by type and bit pattern: 1, 1.0 and True differ, 0.0
-    and -0.0 differ, and NaN equals itself (a NaN argument would otherwise retrace every call)."""
-    t = type(v)
-    if isinstance(v, (float, np.floating)):
-        return (t, float(v).hex())
-    if t is tuple or t is list:
-        return (t, tuple(_static_key(x) for x in v))
     try:
-        hash(v)
+        return value_key(v)
     except TypeError:
         raise TracingError(f"static argument {v!r} is not hashable") from None
-    return (t, v)

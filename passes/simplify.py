@@ -11,7 +11,7 @@ Kept intact: graph.inputs (even unused ones) and the positions of graph.outputs.
 import numpy as np
 
 from burjit import primitives as P
-from burjit.graph import Literal
+from burjit.graph import Literal, value_key
 
 from .schedule import SOURCES
 
@@ -105,13 +105,19 @@ def _is_noop_move(a):
 
 
 def _neutral(g, op, xs):
-    """x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1  ->  x."""
-    unit = 1 if op in ("mul", "div") else 0
-    right = _const_value(g, xs[1])
-    if right is not None and right == unit:
+    """x * 1, 1 * x, x / 1, x - 0, x + (-0.0), (-0.0) + x  ->  x. Not x + 0.0: at x = -0.0 that is +0.0."""
+    signed_zero = g[xs[0]]["dtype"] in P.FLOATS
+
+    def unit(v):
+        if v is None:
+            return False
+        if op in ("mul", "div"):
+            return v == 1
+        return v == 0 and (not signed_zero or bool(np.signbit(v)) == (op == "add"))
+
+    if unit(_const_value(g, xs[1])):
         return xs[0]
-    left = _const_value(g, xs[0])
-    if op in ("add", "mul") and left is not None and left == unit:
+    if op in ("add", "mul") and unit(_const_value(g, xs[0])):
         return xs[1]
     return None
 
@@ -153,11 +159,8 @@ def _become(g, n, op, **attrs):
 
 def _cse_key(g, n):
     a = g[n]
-    try:
-        key = (a["op"], a["dtype"], a["shape"], tuple(sorted(a["attrs"].items())), tuple(g.operands(n)))
-        hash(key)
+    try:  # by bit pattern: constants 0.0 and -0.0 must stay apart
+        attrs = tuple((k, value_key(v)) for k, v in sorted(a["attrs"].items()))
     except TypeError:
         return None
-    if a["op"] == "const" and a["attrs"]["value"] != a["attrs"]["value"]:
-        return None  # NaN: equal keys would not compare equal anyway
-    return key
+    return a["op"], a["dtype"], a["shape"], attrs, tuple(g.operands(n))

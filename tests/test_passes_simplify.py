@@ -21,9 +21,18 @@ def _ops(g):
 
 
 def test_neutral_elements_and_identities_disappear():
-    out = _simplified(lambda x: -(-(((x * 1.0 + 0.0) - 0.0) / 1.0)) + F.stop_gradient(x) * 0 + F.astype(x, "float64"),
+    out = _simplified(lambda x: -(-(((x * 1.0 + -0.0) - 0.0) / 1.0)) + F.stop_gradient(x) * 0 + F.astype(x, "float64"),
                       np.arange(3.0))
     assert _ops(out) == ["add", "add", "const", "mul"]  # x + 0*sg(x) + x: the 0 * x stays (NaN-safe)
+
+
+def test_signed_zeros_stay_apart():
+    """x + 0.0 is +0.0 at x = -0.0, so it stays; int zeros are neutral; 0.0 and -0.0 are two constants."""
+    x = np.array([-0.0, 1.0])
+    out = _simplified(lambda x, i: (x + 0.0, 0.0 + x, x - -0.0, i + 0, x * -0.0 + x * 0.0), x, np.arange(2))
+    assert _ops(out) == ["add", "add", "add", "const", "const", "mul", "mul", "sub"]
+    got = burjit.evaluate(out, [x, np.arange(2)])
+    assert not np.signbit(got[0][0]) and not np.signbit(got[1][0]) and not np.signbit(got[4][1])
 
 
 def test_non_neutral_constants_stay():
