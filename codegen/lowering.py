@@ -153,7 +153,7 @@ class Lowering:
             if src is None:
                 p = Program(self, self.graph[n]["shape"])
                 p.store(dst, self.graph[n]["dtype"], p.value(n))
-                self._run(b, f"fill{n}", [p])
+                self._run(b, f"fill_arg{dst[1]}", [p])  # one per destination: outputs may repeat a node
             else:
                 self._memcpy(b, self._main_ptr(b, dst), self._main_ptr(b, src), self.graph.nbytes(n))
         b.ret(I32(0))

@@ -152,6 +152,10 @@ def test_outputs_that_are_constants_inputs_or_repeats():
     np.testing.assert_array_equal(lit, [1.5, 2.5])
     np.testing.assert_array_equal(d1, d2)
     assert d1 is not d2 and t.dtype == bool and t.all()
+    z1, z2 = burjit.compile(lambda x: (F.zeros_like(x), F.zeros_like(x)))(x)  # CSE folds them into one node
+    assert z1 is not z2 and not z1.any() and not z2.any()
+    unused = burjit.compile(burjit.grad(lambda x, y, z: F.sum(x), argnums=(1, 2)))(x, np.ones(2), np.ones(2))
+    assert [g.tolist() for g in unused] == [[0.0, 0.0], [0.0, 0.0]]
 
 
 @pytest.mark.parametrize("layouts_known", [True, False])
