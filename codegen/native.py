@@ -6,8 +6,8 @@ and returns a NativeExecutable. A call allocates the outputs (np.empty, or the d
 arrays) and makes one call of the step's METH_FASTCALL entry with the input list, the output
 list and the preallocated arena (abi.py); steps that need Python around the call (constant
 indices out of range, donated buffers to restore, unknown object layouts) take the ctypes
-path of _CheckedExecutable. Calls hold the GIL, so threads sharing a step (and its arena)
-are serialised. The executable trusts the front door (jit.py) to pass C-contiguous arrays of
+path of _CheckedExecutable. Threads sharing a step (and its arena) run it one at a time: the
+lean call is one builtin that holds the GIL, the checked path holds the executable's lock. The executable trusts the front door (jit.py) to pass C-contiguous arrays of
 the traced shapes and dtypes, in input order.
 
 Environment (read at build time):
@@ -20,6 +20,7 @@ Environment (read at build time):
 
 import ctypes
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,7 @@ class NativeExecutable:
         self._new_outputs = _output_maker(g)
         if low.static_error or low.backup or not low.offsets:
             self.__class__ = _CheckedExecutable
+            self._lock = threading.Lock()
         else:
             self._call = self._entry.function
 
@@ -121,25 +123,30 @@ class NativeExecutable:
 
 
 class _CheckedExecutable(NativeExecutable):
-    """The general call path: constant-index errors, restoring donated buffers, no list ABI."""
+    """The general call path: constant-index errors, restoring donated buffers, no list ABI.
+
+    Python fills the shared argv before the call and may switch threads between any two of
+    its bytecodes, so the whole call holds the executable's lock (the lean path is one builtin
+    call, atomic under the GIL)."""
 
     def __call__(self, inputs):
         low = self.lowering
         if low.static_error:
             raise IndexError(low.static_error)
-        outs = self._new_outputs(inputs)
-        argv, n_in = self._argv, low.n_in
-        for k, a in enumerate(inputs):
-            argv[k] = a.ctypes.data
-        for j, o in enumerate(outs):
-            argv[n_in + j] = o.ctypes.data
-        saved = [(k, inputs[k].copy()) for k in low.backup]
-        rc = self._step(argv)
-        if rc:
-            for k, old in saved:
-                np.copyto(inputs[k], old)
-            raise IndexError(self._message(rc, inputs))
-        return outs
+        with self._lock:
+            outs = self._new_outputs(inputs)
+            argv, n_in = self._argv, low.n_in
+            for k, a in enumerate(inputs):
+                argv[k] = a.ctypes.data
+            for j, o in enumerate(outs):
+                argv[n_in + j] = o.ctypes.data
+            saved = [(k, inputs[k].copy()) for k in low.backup]
+            rc = self._step(argv)
+            if rc:
+                for k, old in saved:
+                    np.copyto(inputs[k], old)
+                raise IndexError(self._message(rc, inputs))
+            return outs
 
 
 def _output_maker(graph):

@@ -2,6 +2,8 @@
 donated buffers (including swaps), inspection and dumps, and training that matches the reference."""
 
 import os
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -75,6 +77,33 @@ def test_index_out_of_range_raises_and_leaves_buffers_untouched(bad, computed):
         assert p[k].tobytes() == before[k].tobytes()
     step(p, good)  # still usable afterwards
     assert not np.array_equal(p["table"], before["table"])
+
+
+def test_threads_sharing_a_checked_step_run_it_one_at_a_time():
+    """The checked path fills a shared argv from Python: without the lock another thread's
+    arrays are swapped in between the fill and the native call."""
+    step = _sgd_take_step(lambda i: F.maximum(i, -5))
+    idx = np.array([1, 2, 9], dtype=np.int64)
+    params = lambda t: {"table": np.arange(20.0).reshape(10, 2) * (t + 1), "w": np.full(2, t + 1.0)}
+    assert step.lower(params(0), idx).executable.lowering.backup  # the checked (ctypes) path
+
+    def run(t, out):
+        p = params(t)
+        out.extend(float(step(p, idx)[1]) for _ in range(300))
+    want, got = [[] for _ in range(4)], [[] for _ in range(4)]
+    for t in range(4):
+        run(t, want[t])
+    interval = sys.getswitchinterval()
+    threads = [threading.Thread(target=run, args=(t, got[t])) for t in range(4)]
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert got == want
 
 
 def test_in_place_update_before_a_failing_computed_index_is_undone():
