@@ -75,6 +75,23 @@ def emit_assembly(module):
     return target_machine().emit_assembly(module)
 
 
+def _header(obj):
+    """The bytes that name an object file's format and machine: for ELF the ident (class, byte
+    order, version, OS ABI) with e_type and e_machine; else the first 8 (Mach-O: magic, CPU type)."""
+    return (obj[:8], obj[16:20]) if obj[:4] == b"\x7fELF" else (obj[:8], b"")
+
+
+@functools.lru_cache(maxsize=None)
+def _host_header():
+    return _header(emit_object(parse("")))
+
+
+def loadable(obj, symbols):
+    """True if obj is object code of the kind this process emits (format, class, machine) and
+    names every symbol: MCJIT aborts the process on foreign relocations, so nothing else may reach it."""
+    return _header(obj) == _host_header() and all(b"\0" + s.encode() + b"\0" in obj for s in symbols)
+
+
 class Loaded:
     """Object code linked into its own MCJIT engine; keeps the engine (and the code) alive.
 

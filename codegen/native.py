@@ -15,7 +15,8 @@ Environment (read at build time):
   BURJIT_POISON_ARENA=1 fill the arena with 0xFF bytes (NaN / -1) at call start and each arena
                         value's bytes just before the kernel that defines it, so a memory plan
                         that overlaps two live values gives visibly wrong results
-  BURJIT_CACHE_DIR      where compiled object code is cached (default ~/.cache/burjit)
+  BURJIT_CACHE_DIR      where compiled object code is cached (default ~/.cache/burjit; who may
+                        write it: see cache.py)
 """
 
 import ctypes
@@ -40,12 +41,15 @@ class NativeExecutable:
                                        offsets=abi.OFFSETS)
         self.key = cache.key(_key_parts(graph, low))
         self._ir = {}
+        symbols = (SYMBOL, ENTRY) if low.offsets else (SYMBOL,)
         obj = cache.load(self.key)
+        if obj is not None and not engine.loadable(obj, symbols):
+            obj = None  # another machine's or a stranger's object code: a miss, recompiled
         self.from_cache = obj is not None
         if obj is None:
             obj = engine.emit_object(self._module(optimized=True))
             cache.store(self.key, obj)
-        self._loaded = engine.Loaded(obj, (SYMBOL, ENTRY) if low.offsets else (SYMBOL,))
+        self._loaded = engine.Loaded(obj, symbols)
         self._step = _STEP(self._loaded.addresses[SYMBOL])
         self._entry = abi.Builtin(self._loaded.addresses[ENTRY], ENTRY) if low.offsets else None
         if os.environ.get("BURJIT_DUMP_DIR"):

@@ -5,12 +5,13 @@ import os
 import sys
 import threading
 
+import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
 import burjit
 from burjit import ops as F
-from burjit.codegen import NativeExecutable, build, cache
+from burjit.codegen import NativeExecutable, build, cache, engine
 from burjit.passes import pipeline
 
 
@@ -37,6 +38,42 @@ def test_cache_round_trip_and_corrupt_entries_recompile(tmp_path, monkeypatch):
         np.testing.assert_allclose(again([x])[0], np.tanh(x) * 3.0, rtol=1e-14)
         assert build(g).from_cache  # rewritten whole
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def _foreign_objects():
+    """Object code under a valid cache header and checksum that must still never reach MCJIT."""
+    stub = "define i32 @burjit_step(ptr %a) {\n ret i32 0\n}\ndefine ptr @burjit_entry(ptr %a, ptr %b, i64 %c) {\n ret ptr null\n}"
+    own = engine.emit_object(engine.parse(stub))
+    other = (183 if own[18:20] != (183).to_bytes(2, "little") else 62).to_bytes(2, "little")  # AArch64 or x86-64
+    i386 = llvm.Target.from_triple("i386-pc-linux-gnu").create_target_machine()
+    return {"i386": i386.emit_object(engine.parse(stub)), "other machine": own[:18] + other + own[20:],
+            "no symbols": engine.emit_object(engine.parse(""))}
+
+
+@pytest.mark.parametrize("kind", ["i386", "other machine", "no symbols"])
+def test_cache_entry_of_foreign_object_code_is_a_miss(tmp_path, monkeypatch, kind):
+    monkeypatch.setenv("BURJIT_CACHE_DIR", str(tmp_path))
+    x = np.linspace(-1, 1, 50)
+    g = _graph(lambda x: F.tanh(x) * 3.0, x)
+    k = build(g).key
+    cache.store(k, _foreign_objects()[kind])
+    assert cache.load(k) is not None  # the entry itself is intact
+    again = build(g)
+    assert not again.from_cache
+    np.testing.assert_allclose(again([x])[0], np.tanh(x) * 3.0, rtol=1e-14)
+    assert build(g).from_cache  # replaced by the host's own code
+
+
+def test_cache_in_a_directory_others_can_write_is_not_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("BURJIT_CACHE_DIR", str(tmp_path))
+    g = _graph(lambda x: x * 2.0, np.ones(3))
+    assert not build(g).from_cache and build(g).from_cache
+    tmp_path.chmod(0o777)
+    with pytest.warns(RuntimeWarning, match="writable by you alone"):
+        assert not build(g).from_cache
+    assert not build(g).from_cache  # warned once
+    tmp_path.chmod(0o700)
+    assert build(g).from_cache
 
 
 def test_cache_key_covers_plan_and_poison(tmp_path, monkeypatch):
