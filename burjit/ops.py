@@ -200,9 +200,18 @@ def min(x, axis=None, keepdims=False):
     return negative(max(negative(x), axis, keepdims))
 
 
+def _shift(x, axis):
+    """The row max that keeps exp from overflowing, as a constant (the result does not depend on
+    it); 0 over an empty axis, which has no max and nothing to shift (an empty or -inf result)."""
+    axes = _axes(x, axis)
+    if any(x.shape[a] == 0 for a in axes):
+        return zeros_like(x, shape=tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
+    return stop_gradient(max(x, axis, keepdims=True))
+
+
 def logsumexp(x, axis=-1, keepdims=False):
     x = lift(x)
-    m = stop_gradient(max(x, axis, keepdims=True))
+    m = _shift(x, axis)
     m = where(abs(m) < math.inf, m, 0.0)  # an all -inf row is -inf, a row holding +inf is inf (not inf - inf)
     r = m + log(sum(exp(x - m), axis, keepdims=True))
     return r if keepdims else reshape(r, tuple(s for i, s in enumerate(x.shape) if i not in _axes(x, axis)))
@@ -210,14 +219,13 @@ def logsumexp(x, axis=-1, keepdims=False):
 
 def log_softmax(x, axis=-1):
     x = lift(x)
-    m = stop_gradient(max(x, axis, keepdims=True))
-    shifted = x - m
+    shifted = x - _shift(x, axis)
     return shifted - log(sum(exp(shifted), axis, keepdims=True))
 
 
 def softmax(x, axis=-1):
     x = lift(x)
-    e = exp(x - stop_gradient(max(x, axis, keepdims=True)))
+    e = exp(x - _shift(x, axis))
     return e / sum(e, axis, keepdims=True)
 
 

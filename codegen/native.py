@@ -22,6 +22,7 @@ Environment (read at build time):
 import ctypes
 import os
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,10 @@ class NativeExecutable:
         self._step = _STEP(self._loaded.addresses[SYMBOL])
         self._entry = abi.Builtin(self._loaded.addresses[ENTRY], ENTRY) if low.offsets else None
         if os.environ.get("BURJIT_DUMP_DIR"):
-            self.dump(os.environ["BURJIT_DUMP_DIR"])
+            try:
+                self.dump(os.environ["BURJIT_DUMP_DIR"])
+            except OSError as e:  # a debugging aid must not stop the step
+                warnings.warn(f"BURJIT_DUMP_DIR: dump skipped: {e}", RuntimeWarning, stacklevel=2)
         self._prepare_calls()
 
     # -- calling --------------------------------------------------------------------------------

@@ -416,6 +416,10 @@ def test_invalid_arguments_raise_numpys_error_at_the_users_line(fn, error, match
     (lambda x: F.reshape(x, (3, -1)), lambda x: np.reshape(x, (3, -1))),
     (lambda x: F.mean(x[:, :0]), lambda x: np.float64("nan")),
     (lambda x: F.mean(x[:0], axis=0), lambda x: np.full(3, np.nan)),
+    (lambda x: F.softmax(x[:, :0]), lambda x: x[:, :0]),
+    (lambda x: F.log_softmax(x[:0], axis=0), lambda x: x[:0]),
+    (lambda x: F.logsumexp(x[:, :0]), lambda x: np.full(2, -np.inf)),
+    (lambda x: F.logsumexp(x[:0], axis=0, keepdims=True), lambda x: np.full((1, 3), -np.inf)),
 ])
 def test_numpy_results_for_edge_arguments(backend, fn, want):
     x = np.arange(6.0).reshape(2, 3)

@@ -253,6 +253,14 @@ def test_dump_dir_writes_ir_and_assembly(tmp_path, monkeypatch):
     assert isinstance(step.lower(np.ones(5)).executable, NativeExecutable)
 
 
+def test_dump_dir_that_is_a_file_warns_and_the_step_runs(tmp_path, monkeypatch):
+    (tmp_path / "f").write_text("mine")
+    monkeypatch.setenv("BURJIT_DUMP_DIR", str(tmp_path / "f"))
+    with pytest.warns(RuntimeWarning, match="dump skipped"):
+        np.testing.assert_array_equal(burjit.compile(lambda x: x * 3.0)(np.ones(2)), [3.0, 3.0])
+    assert (tmp_path / "f").read_text() == "mine"
+
+
 # -- training matches the reference ----------------------------------------------------------------
 
 def _mlp(params, x, act):
