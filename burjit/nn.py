@@ -7,9 +7,13 @@ inside a compiled step (gradients included) and nothing is hidden in the layer o
 what you donate, save and optimise is exactly the dict you hold.
 """
 
+import contextlib
 import json
 import math
+import os
+import secrets
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -175,23 +179,61 @@ class GPT:
 
 # -- saving and loading ----------------------------------------------------------------------
 
-def _named_leaves(tree, prefix=""):
-    """(path, leaf) pairs with paths like 'blocks/0/attn/qkv/w', in pytree (sorted-key) order."""
-    if isinstance(tree, dict):
-        return [kv for k in sorted(tree) for kv in _named_leaves(tree[k], f"{prefix}{k}/")]
-    if isinstance(tree, (list, tuple)):
-        return [kv for i, x in enumerate(tree) for kv in _named_leaves(x, f"{prefix}{i}/")]
-    if tree is None:
-        return []
-    return [(prefix.rstrip("/"), tree)]
+_META = "__meta__"  # the entry that holds save's `meta`
+
+
+def _named_leaves(tree):
+    """(name, leaf) pairs in flatten order, a name being the leaf's key path joined by '/'
+    ('blocks/0/attn/qkv/w'). Keys that could make two leaves share a name are refused, so a
+    checkpoint never hands one leaf's array to another."""
+    leaves, treedef = pytree.flatten(tree)
+    owners, named = {}, []
+    for path, leaf in zip(pytree.leaf_paths(treedef), leaves):
+        for k in path:
+            if not isinstance(k, (str, int)):
+                raise ValueError(f"cannot name the leaf at {list(path)} in a checkpoint: key {k!r} is a "
+                                 f"{type(k).__name__}; keys must be str or int")
+            if "/" in str(k) or "\0" in str(k):
+                raise ValueError(f"cannot name the leaf at {list(path)} in a checkpoint: key {k!r} contains "
+                                 "'/' (the path separator) or NUL")
+        name = "/".join(map(str, path))
+        if name in owners or name == _META:
+            other = "the metadata" if name == _META else f"the leaf at {list(owners[name])}"
+            raise ValueError(f"the leaf at {list(path)} and {other} would both be stored as {name!r}")
+        owners[name] = path
+        named.append((name, leaf))
+    return named
 
 
 def save(path, tree, meta=None):
-    """Write a pytree of arrays to an .npz (one entry per leaf, by path) plus JSON `meta`."""
-    arrays = {name: np.asarray(leaf) for name, leaf in _named_leaves(tree)}
-    if "__meta__" in arrays:
-        raise ValueError("'__meta__' is reserved")
-    np.savez(path, __meta__=np.array(json.dumps(meta or {})), **arrays)
+    """Write a pytree of arrays to exactly `path` (no suffix is added) as an .npz: one .npy entry
+    per leaf, named by its key path, plus `meta` as JSON (so tuples come back as lists).
+
+    The file is written next to `path` and renamed over it only once complete, so a failed or
+    interrupted save leaves the previous checkpoint intact.
+    """
+    arrays = []
+    for name, leaf in _named_leaves(tree):
+        a = np.asarray(leaf)
+        if a.dtype.hasobject:  # load could not read it back without pickle
+            raise ValueError(f"leaf {name!r} ({type(leaf).__name__}) is not an array of numbers or strings")
+        arrays.append((name, a))
+    arrays.append((_META, np.array(json.dumps({} if meta is None else meta))))
+    path = os.fspath(path)
+    tmp = f"{path}.tmp-{secrets.token_hex(4)}"
+    try:
+        with open(tmp, "xb") as f:
+            with zipfile.ZipFile(f, "w", allowZip64=True) as z:
+                for name, a in arrays:
+                    with z.open(name + ".npy", "w", force_zip64=True) as entry:
+                        np.lib.format.write_array(entry, a, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())  # the data is on disk before the rename makes it the checkpoint
+        os.replace(tmp, path)
+    except BaseException:  # Ctrl-C included: never leave a half-written temporary behind
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 def load_meta(path):
@@ -203,6 +245,7 @@ def load(path, like):
     """Read what `save` wrote into a pytree shaped like `like`, checking every name, shape and dtype.
 
     Returns (tree, meta). The template makes a stale or foreign file fail loudly, not half-load.
+    A missing file raises FileNotFoundError; one that save could not have written, ValueError.
     """
     stored, meta = _read(path)
     named = _named_leaves(like)
@@ -218,8 +261,21 @@ def load(path, like):
 
 
 def _read(path):
-    if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path} is not an .npz file written by burjit.nn.save")
-    with np.load(path, allow_pickle=False) as z:
-        stored = {k: z[k] for k in z.files}
-    return stored, json.loads(str(stored.pop("__meta__", "{}")))
+    """({name: array}, meta) from the zip's entries themselves: numpy's npz reader also answers
+    'a.npy' with the entry 'a', which would hand a leaf the wrong array."""
+    with open(path, "rb") as f:
+        try:
+            stored = {}
+            with zipfile.ZipFile(f) as z:
+                for member in z.namelist():
+                    name = member.removesuffix(".npy")
+                    if name == member or name in stored:
+                        raise ValueError(f"unexpected entry {member!r}")
+                    with z.open(member) as entry:
+                        stored[name] = np.lib.format.read_array(entry, allow_pickle=False)
+            text = stored.pop(_META, np.array("{}"))
+            if text.shape != () or text.dtype.kind != "U":
+                raise ValueError(f"{_META!r} is not a JSON string")
+            return stored, json.loads(str(text))
+        except (zipfile.BadZipFile, ValueError, EOFError, OSError, zlib.error, NotImplementedError) as e:
+            raise ValueError(f"{path} is not a checkpoint written by burjit.nn.save ({e})") from e

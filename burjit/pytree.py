@@ -68,6 +68,16 @@ def num_leaves(treedef):
     return sum(num_leaves(c) for c in treedef[2]) if treedef[0] != "none" else 0
 
 
+def leaf_paths(treedef):
+    """Each leaf's key path (dict keys and sequence indices, root first), in flatten order."""
+    if treedef == _LEAF:
+        return [()]
+    if treedef[0] == "none":
+        return []
+    keys = treedef[1] if treedef[0] == "dict" else range(len(treedef[2]))
+    return [(k,) + path for k, child in zip(keys, treedef[2]) for path in leaf_paths(child)]
+
+
 def tree_map(fn, tree, *rest):
     leaves, td = flatten(tree)
     others = [flatten(r)[0] for r in rest]

@@ -6,15 +6,15 @@
 
 The forward pass, the gradients, gradient clipping and the AdamW update are traced once
 into one graph and compiled; parameters and optimizer state are updated in place. The
-checkpoint (.npz) holds parameters, optimizer state, model config and vocabulary, so
---resume continues exactly where training stopped (Ctrl-C saves too).
+checkpoint (an .npz written by burjit.nn.save at exactly the --checkpoint path) holds
+parameters, optimizer state, model config and vocabulary, so --resume continues exactly
+where training stopped (Ctrl-C saves too; a failed save keeps the previous checkpoint).
 """
 
 import argparse
 import os
 import sys
 import time
-import zipfile
 
 import numpy as np
 from tqdm import tqdm
@@ -50,25 +50,57 @@ def parse_args(argv=None):
     for name in ("steps", "sample_chars"):
         if getattr(args, name) < 0:
             ap.error(f"--{name.replace('_', '-')} must be >= 0")
-    for name in ("batch_size",) + MODEL_FLAGS:
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.d_model % args.n_head:
-        ap.error(f"--d-model {args.d_model} must be divisible by --n-head {args.n_head}")
+    if args.batch_size < 1:
+        ap.error("--batch-size must be >= 1")
+    problem = config_problem(vars(args), lambda k: "--" + k.replace("_", "-"))
+    if problem:
+        ap.error(problem)
     if args.temperature <= 0:
         ap.error("--temperature must be > 0")
     return args
 
 
+def config_problem(cfg, spell):
+    """What is wrong with a model config (None if nothing), the field k spelled spell(k): the
+    same rules for the command line and for a checkpoint's stored config."""
+    for k in MODEL_FLAGS:
+        if type(cfg[k]) is not int or cfg[k] < 1:  # type(): a JSON true is no layer count
+            return f"{spell(k)} must be an integer >= 1, not {cfg[k]!r}"
+    if cfg["d_model"] % cfg["n_head"]:
+        return f"{spell('d_model')} {cfg['d_model']} must be divisible by {spell('n_head')} {cfg['n_head']}"
+    return None
+
+
+def meta_problem(meta):
+    """What is wrong with a checkpoint's metadata (None if nothing), naming the field: a
+    hand-edited file should fail with a sentence, not a traceback from deep in the model."""
+    if not isinstance(meta, dict) or not {"vocab", "step", "config"} <= set(meta):
+        return "its metadata lacks vocab, step or config: not a gpt_char checkpoint"
+    vocab, step, cfg = meta["vocab"], meta["step"], meta["config"]
+    if not isinstance(vocab, str) or not vocab or len(set(vocab)) != len(vocab):
+        return f"metadata 'vocab' must be a non-empty string of distinct characters, not {vocab!r:.80}"
+    if type(step) is not int or step < 0:
+        return f"metadata 'step' must be an integer >= 0, not {step!r}"
+    if not isinstance(cfg, dict) or set(cfg) != set(MODEL_FLAGS):
+        return f"metadata 'config' must be an object with exactly {', '.join(MODEL_FLAGS)}, not {cfg!r}"
+    return config_problem(cfg, lambda k: f"metadata 'config.{k}'")
+
+
 def load_text(path):
+    """The training text; decoded from bytes so a bad byte is reported at its offset in the file."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError as e:
         sys.exit(f"cannot read the training text: {e}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        sys.exit(f"{path} is not UTF-8 text: byte {raw[e.start]:#04x} at offset {e.start} ({e.reason}); "
+                 "--data must be a UTF-8 file")
     if not text:
         sys.exit(f"{path} is empty")
-    return text
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as text mode reads
 
 
 def encode(text, vocab):
@@ -125,10 +157,11 @@ def main(argv=None):
             sys.exit(f"--resume: {args.checkpoint} does not exist (train once without --resume first)")
         try:
             meta = nn.load_meta(args.checkpoint)
-        except (OSError, ValueError, zipfile.BadZipFile) as e:
+        except (OSError, ValueError) as e:
             sys.exit(f"--resume: cannot read {args.checkpoint}: {e}")
-        if not {"vocab", "step", "config"} <= set(meta) or set(meta["config"]) != set(MODEL_FLAGS):
-            sys.exit(f"--resume: {args.checkpoint} is not a gpt_char checkpoint")
+        problem = meta_problem(meta)
+        if problem:
+            sys.exit(f"--resume: {args.checkpoint}: {problem}")
         changed = [k for k in MODEL_FLAGS if getattr(args, k) != meta["config"][k]]
         if changed:
             print(f"note: using the checkpoint's {', '.join(changed)} (model shape is fixed by the checkpoint)")

@@ -2,6 +2,9 @@
 
 import importlib.util
 import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -97,17 +100,24 @@ def test_checkpoint_round_trips_bit_exactly(tmp_path):
         nn.load(path, like=(other, state))
 
 
-def test_gpt_char_trains_resumes_and_samples(tmp_path, capsys):
-    gpt_char = _example("gpt_char")
+TINY = {"block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16}
+
+
+def _gpt_char_flags(tmp_path, ck):
     data = tmp_path / "text.txt"
     data.write_text("the cat sat on the mat. " * 40)
-    ck = str(tmp_path / "ck.npz")
-    flags = ["--data", str(data), "--checkpoint", ck, "--block-size", "8", "--n-layer", "1",
-             "--n-head", "2", "--d-model", "16", "--batch-size", "4", "--sample-chars", "20",
-             "--prompt", "the "]
+    return ["--data", str(data), "--checkpoint", ck, "--batch-size", "4", "--sample-chars", "20",
+            "--prompt", "the "] + [a for k, v in TINY.items() for a in ("--" + k.replace("_", "-"), str(v))]
+
+
+def test_gpt_char_trains_resumes_and_samples(tmp_path, capsys):
+    gpt_char = _example("gpt_char")
+    ck = str(tmp_path / "ck")  # no .npz: the checkpoint is written exactly where it was asked for
+    flags = _gpt_char_flags(tmp_path, ck)
     gpt_char.main(flags + ["--steps", "30"])
     out = capsys.readouterr().out
-    assert "steps 30: loss" in out and "\nthe " in out
+    assert "steps 30: loss" in out and f"saved {ck}\n" in out and "\nthe " in out
+    assert sorted(os.listdir(tmp_path)) == ["ck", "text.txt"]
     gpt_char.main(flags + ["--steps", "5", "--resume"])
     assert nn.load_meta(ck)["step"] == 35
     with pytest.raises(SystemExit, match="does not exist"):
@@ -115,6 +125,35 @@ def test_gpt_char_trains_resumes_and_samples(tmp_path, capsys):
     (tmp_path / "junk.npz").write_bytes(b"not a checkpoint")
     with pytest.raises(SystemExit, match="cannot read"):
         gpt_char.main(flags + ["--resume", "--checkpoint", str(tmp_path / "junk.npz")])
+
+
+def test_gpt_char_names_a_bad_byte_in_the_data_without_a_traceback(tmp_path):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\u00e9 ".encode("latin-1") * 50)
+    run = subprocess.run([sys.executable, os.path.join(EXAMPLES, "gpt_char.py"), "--data", str(bad)],
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert f"{bad} is not UTF-8 text: byte 0xe9 at offset 3" in run.stderr
+
+
+@pytest.mark.parametrize("meta, message", [
+    ([1, 2], "its metadata lacks vocab, step or config: not a gpt_char checkpoint"),
+    ({"vocab": ".", "config": TINY}, "its metadata lacks vocab, step or config"),
+    ({"vocab": 7, "step": 0, "config": TINY}, "metadata 'vocab' must be a non-empty string"),
+    ({"vocab": "aa", "step": 0, "config": TINY}, "metadata 'vocab' must be .* distinct characters, not 'aa'"),
+    ({"vocab": ". acehmnost", "step": "3", "config": TINY}, "metadata 'step' must be an integer >= 0, not '3'"),
+    ({"vocab": ". acehmnost", "step": 0, "config": {"block_size": 8}}, "metadata 'config' must be an object"),
+    ({"vocab": ". acehmnost", "step": 0, "config": dict(TINY, n_layer=True)},
+     "metadata 'config.n_layer' must be an integer >= 1, not True"),
+    ({"vocab": ". acehmnost", "step": 0, "config": dict(TINY, d_model=15)},
+     "metadata 'config.d_model' 15 must be divisible by metadata 'config.n_head' 2"),
+], ids=["list", "no-step", "vocab-type", "vocab-repeats", "step-type", "config-keys", "config-bool",
+        "config-divisible"])
+def test_gpt_char_resume_names_the_bad_metadata_field(tmp_path, meta, message):
+    ck = str(tmp_path / "ck")
+    nn.save(ck, {}, meta)  # metadata is checked before any array is read
+    with pytest.raises(SystemExit, match=f"--resume: {re.escape(ck)}: {message}"):
+        _example("gpt_char").main(_gpt_char_flags(tmp_path, ck) + ["--resume", "--steps", "1"])
 
 
 def test_shipped_text_encodes():

@@ -4,10 +4,13 @@ Gradients are checked with the probe sum(layer(p, x) * w) for random weights w: 
 parameter leaf (and a float input), burjit's gradient dotted with a random direction must
 equal the central finite difference of the numpy twin along that direction (float64). The
 twins are written independently of burjit.nn (np.split for q/k/v, a -inf tril mask, numpy
-fancy indexing for embeddings), so a shared mistake is unlikely.
+fancy indexing for embeddings), so a shared mistake is unlikely. Last, save/load: exact paths,
+exact arrays, and loud failures.
 """
 
 import functools
+import os
+import zipfile
 
 import numpy as np
 import pytest
@@ -183,3 +186,73 @@ def test_losses_have_exact_gradients_even_for_huge_logits(backend):
         np.testing.assert_allclose(loss, ((pred - target) ** 2).mean(), rtol=1e-12)
         np.testing.assert_allclose(g, 2 * (pred - target) / 6, rtol=1e-12)
     check()
+
+
+# -- save and load ----------------------------------------------------------------------------
+
+def _same_tree(a, b):
+    (la, ta), (lb, tb) = burjit.pytree.flatten(a), burjit.pytree.flatten(b)
+    return ta == tb and all(np.asarray(x).dtype == y.dtype and np.asarray(x).shape == y.shape
+                            and np.asarray(x).tobytes() == y.tobytes() for x, y in zip(la, lb))
+
+
+def test_save_writes_exactly_the_given_path_and_load_round_trips(tmp_path):
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3),
+            "layers": [{"b": np.int64(7)}, None, (np.array("hé"), np.float16(0.5))]}
+    nn.save(tmp_path / "ck", tree, {"step": 3, "vocab": "ab"})
+    assert os.listdir(tmp_path) == ["ck"]  # no ck.npz, no temporary left behind
+    got, meta = nn.load(str(tmp_path / "ck"), like=tree)
+    assert meta == {"step": 3, "vocab": "ab"} == nn.load_meta(tmp_path / "ck")
+    assert _same_tree(tree, got)
+
+
+def test_names_numpy_would_confuse_round_trip(tmp_path):
+    # np.load answers "a.npy" with the entry "a"; np.savez takes "file" and "allow_pickle" as its own arguments
+    tree = {"a": np.zeros(2), "a.npy": np.ones(2), "file": np.full(1, 2.0), "allow_pickle": np.full(4, 3.0),
+            "": {"": np.arange(2)}, 5: [np.arange(3)]}
+    nn.save(tmp_path / "ck.npz", tree)
+    assert _same_tree(tree, nn.load(tmp_path / "ck.npz", like=tree)[0])
+
+
+@pytest.mark.parametrize("tree, message", [
+    ({"a/b": np.zeros(1), "a": {"b": np.ones(1)}}, r"key 'a/b' contains '/'"),
+    ({"a\0": np.zeros(1)}, "NUL"),
+    ({1: np.zeros(1), "1": np.ones(1)}, r"the leaf at \['1'\] and the leaf at \[1\] would both be stored as '1'"),
+    ({"__meta__": np.zeros(1)}, "the metadata would both be stored as '__meta__'"),
+    ({(1, 2): np.zeros(1)}, r"key \(1, 2\) is a tuple; keys must be str or int"),
+    ({"p": [object()]}, r"leaf 'p/0' \(object\) is not an array of numbers or strings"),
+], ids=["separator", "nul", "int-and-str", "reserved", "tuple-key", "object-leaf"])
+def test_save_refuses_names_that_would_not_load_back(tmp_path, tree, message):
+    with pytest.raises(ValueError, match=message):
+        nn.save(tmp_path / "ck", tree)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "ck.npz"
+    nn.save(path, {"w": np.zeros(3)}, {"step": 1})
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(np.lib.format, "write_array", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        nn.save(path, {"w": np.ones(3)}, {"step": 2})
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["ck.npz"]
+    tree, meta = nn.load(path, like={"w": np.ones(3)})
+    assert meta == {"step": 1} and not tree["w"].any()
+
+
+def test_load_fails_clearly_on_missing_and_corrupt_files(tmp_path):
+    like = {"w": np.zeros(100)}
+    with pytest.raises(FileNotFoundError):
+        nn.load(tmp_path / "missing", like=like)
+    nn.save(tmp_path / "ck", like)
+    raw = (tmp_path / "ck").read_bytes()
+    (tmp_path / "cut").write_bytes(raw[:len(raw) // 2])
+    (tmp_path / "junk").write_bytes(b"not a checkpoint")
+    with zipfile.ZipFile(tmp_path / "odd", "w") as z:
+        z.writestr("w.txt", "hello")
+    for name in ("cut", "junk", "odd"):
+        with pytest.raises(ValueError, match="is not a checkpoint written by burjit.nn.save"):
+            nn.load(tmp_path / name, like=like)
