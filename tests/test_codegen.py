@@ -4,6 +4,8 @@ random graphs, and the shape of the emitted IR (vector loops, straight-line scal
 import os
 import re
 import runpy
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,9 @@ import burjit
 from burjit import ops as F
 from burjit.codegen import build
 from burjit.passes import memplan, schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not installed: a plain `pytest`
+from benchmarks import ulp  # noqa: E402
 
 TOL = {"float64": dict(rtol=1e-12, atol=1e-12), "float32": dict(rtol=2e-5, atol=2e-6)}
 PASS_CONFIGS = {"default": None, "unfused": ["simplify"], "none": []}
@@ -124,6 +129,19 @@ def test_math_functions_at_special_and_extreme_arguments(dtype):
         denorm = np.abs(w) < np.finfo(dtype).tiny  # subnormal results: absolute, not relative, accuracy
         np.testing.assert_allclose(g[ok & ~denorm], w[ok & ~denorm], rtol=8 * ulp, atol=0, err_msg=k)
         np.testing.assert_allclose(g[ok & denorm], w[ok & denorm], rtol=0, atol=2 * float(np.finfo(dtype).smallest_subnormal), err_msg=k)
+
+
+ULP_BOUNDS = {"tanh": 2.0, "exp": 1.5, "log": 2.5}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_math_functions_ulp_on_dense_sweeps(dtype):
+    """Max error in ulp on ~2^20-point sweeps against numpy in a wider type (benchmarks/ulp.py).
+    tanh's old 1 - 2/(exp(2x) + 1) lost 6 ulp near 0.2."""
+    if ulp.WIDE[dtype] is None:
+        pytest.skip("no type wider than float64 for the reference")
+    worst = ulp.max_ulps(dtype)
+    assert {k: v for k, v in worst.items() if v[0] > ULP_BOUNDS[k]} == {}, worst
 
 
 # -- reductions, data movement, gather/scatter ------------------------------------------------------
