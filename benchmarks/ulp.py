@@ -24,10 +24,13 @@ def _dense(dtype, lo, hi, n=1 << 18):
 
 def sweeps(dtype):
     """{name: (traced function, numpy reference, arguments)}."""
-    sat = {"float64": 20.0, "float32": 10.0}[dtype]  # tanh rounds to 1 beyond
+    sat, under = {"float64": (20.0, 800.0), "float32": (10.0, 110.0)}[dtype]  # tanh is 1 beyond, softplus 0 below
     big = 0.99 * np.log(np.finfo(dtype).max)
     small = np.linspace(0.0, 0.6, 1 << 18).astype(dtype)  # tanh's switch at 0.3, exp's reduction at ln2/2
+    near_minus_one = np.concatenate([_dense(dtype, -1.0, 1e30), small - 1])
     return {"tanh": (F.tanh, np.tanh, np.concatenate([_dense(dtype, -sat, sat), small, -small])),
+            "softplus": (F.softplus, lambda x: np.logaddexp(x.dtype.type(0), x), _dense(dtype, -under, 50.0)),
+            "log1p": (F.log1p, np.log1p, near_minus_one[near_minus_one > -1]),
             "exp": (F.exp, np.exp, _dense(dtype, -big, big)),
             "log": (F.log, np.log, np.abs(_dense(dtype, -1e30, 1e30)))}
 
