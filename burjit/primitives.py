@@ -10,7 +10,7 @@ A primitive has
           whether operand i wants a cotangent; None for non-differentiable primitives.
   scalar  for elementwise primitives, the per-element lowering (e, *values, **attrs), written
           against a scalar emitter `e` that a backend supplies (see codegen). Emitter methods:
-          add sub mul div neg exp log sqrt tanh abs pow max min (numeric, same type operands),
+          add sub mul div neg exp log log1p sqrt tanh abs pow max min (numeric, same type operands),
           cmp(pred, a, b) with pred in < <= > >= == !=, select(c, a, b), and_ or_ not_ (bool),
           cast(a, dtype), const(value, like) (a constant of the type of `like`).
 
@@ -110,6 +110,8 @@ elementwise("exp", np.exp, lambda e, x: e.exp(x),
             lambda F, g, out, xs, needs, a: [g * out])
 elementwise("log", np.log, lambda e, x: e.log(x),
             lambda F, g, out, xs, needs, a: [g / xs[0]])
+elementwise("log1p", np.log1p, lambda e, x: e.log1p(x),
+            lambda F, g, out, xs, needs, a: [g / (1.0 + xs[0])])
 elementwise("tanh", np.tanh, lambda e, x: e.tanh(x),
             lambda F, g, out, xs, needs, a: [g * (1.0 - out * out)])
 elementwise("sqrt", np.sqrt, lambda e, x: e.sqrt(x),
@@ -128,7 +130,7 @@ elementwise("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x)),
             lambda F, g, out, xs, needs, a: [g * out * (1.0 - out)])
 # softplus is primitive so its slope is exactly sigmoid(x), also at 0 where a max/abs form has kinks.
 elementwise("softplus", lambda x: np.logaddexp(0, x),
-            lambda e, x: e.add(e.max(x, e.const(0, x)), e.log(e.add(e.const(1, x), e.exp(e.neg(e.abs(x)))))),
+            lambda e, x: e.add(e.max(x, e.const(0, x)), e.log1p(e.exp(e.neg(e.abs(x))))),
             lambda F, g, out, xs, needs, a: [g * F.sigmoid(xs[0])])
 elementwise("add", np.add, lambda e, x, y: e.add(x, y),
             lambda F, g, out, xs, needs, a: [g, g], _same_numeric)
@@ -184,7 +186,7 @@ elementwise("id", np.copy, lambda e, x: x, lambda F, g, out, xs, needs, a: [g], 
 elementwise("stop_gradient", np.copy, lambda e, x: x, lambda F, g, out, xs, needs, a: [None],
             _identity_dtype)
 
-ELEMENTWISE_FLOAT_ONLY = {"exp", "log", "tanh", "sqrt", "sigmoid", "softplus", "div", "pow"}
+ELEMENTWISE_FLOAT_ONLY = {"exp", "log", "log1p", "tanh", "sqrt", "sigmoid", "softplus", "div", "pow"}
 
 
 # -- sources ----------------------------------------------------------------------------------

@@ -234,13 +234,13 @@ class Tracer:
     def sigmoid(self): return _F.sigmoid(self)
 
 
-_UFUNCS = {n: n for n in ("add", "subtract", "multiply", "divide", "power", "negative", "exp", "log", "tanh",
-                           "sqrt", "square", "sign", "maximum", "minimum", "less", "less_equal", "greater",
-                           "greater_equal", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
-                           "matmul")}
+_UFUNCS = {n: n for n in ("add", "subtract", "multiply", "divide", "power", "negative", "exp", "log", "log1p",
+                           "tanh", "sqrt", "square", "sign", "maximum", "minimum", "less", "less_equal",
+                           "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or",
+                           "logical_not", "matmul")}
 _UFUNCS.update(true_divide="divide", absolute="abs", float_power="power")
 _FUNCTIONS = {n: n for n in ("sum", "mean", "max", "min", "where", "concatenate", "transpose", "reshape",
-                             "broadcast_to", "take", "matmul", "exp", "log", "tanh", "sqrt", "abs")}
+                             "broadcast_to", "take", "matmul", "exp", "log", "log1p", "tanh", "sqrt", "abs")}
 _FUNCTIONS.update(amax="max", amin="min")
 
 from . import ops as _F  # noqa: E402  (ops builds on Tracer; Tracer's operators call into ops)

@@ -7,7 +7,7 @@ Registers the "native" backend, which becomes the default of @burjit.compile. Th
   loops.py     loop nests and the affine index maps every data movement reduces to
   kernels.py   gather, scatter_add, pad, concatenate
   matmul.py    register-blocked, vectorised matrix product
-  emitter.py   the scalar emitter of primitives' `scalar` lowerings; mathfns.py its exp/log/tanh
+  emitter.py   the scalar emitter of primitives' `scalar` lowerings; mathfns.py its exp/log/log1p/tanh
   engine.py    host target machine, O3, object code, MCJIT;  cache.py the object code on disk
   abi.py       the object layouts the fast entry reads;  types.py LLVM types per dtype
 """

@@ -1,7 +1,7 @@
 """The scalar emitter that primitives' `scalar` lowerings are written against (see primitives.py).
 
 A value's LLVM type says its dtype (float/double, i32/i64, i1 for bool), so methods need no
-dtype arguments. exp/log/tanh come from mathfns (branch-free polynomials, so loops over them
+dtype arguments. exp/log/log1p/tanh come from mathfns (branch-free polynomials, so loops over them
 still vectorise); sqrt/max/min/pow use LLVM intrinsics. Float arithmetic carries no fast-math
 flags: no FMA contraction (`a*a - b*b` with a == b must be 0, as in numpy, jax and torch) and no
 reassociation, so each op rounds as numpy's does. Only reductions (program.py) and matmul reassociate.
@@ -16,7 +16,7 @@ _FPRED = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=="}
 
 
 class Emitter:
-    """`outline=True` (straight-line code) calls exp/log/tanh as shared functions instead of
+    """`outline=True` (straight-line code) calls exp/log/log1p/tanh as shared functions instead of
     inlining their polynomials: inlined, a scalar graph's one basic block grows ~20 instructions
     per call and LLVM's instruction selection, superlinear in block size, dominates the build."""
 
@@ -58,6 +58,9 @@ class Emitter:
 
     def log(self, x):
         return self._math(mathfns.log, x)
+
+    def log1p(self, x):
+        return self._math(mathfns.log1p, x)
 
     def tanh(self, x):
         return self._math(mathfns.tanh, x)

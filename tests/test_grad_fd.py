@@ -15,7 +15,7 @@ import burjit
 from burjit import ops as F
 from burjit.jit import BACKENDS
 
-POS = (0.3, 2.0)     # log, sqrt, pow base, divisors
+POS = (0.3, 2.0)     # log, log1p, sqrt, pow base, divisors
 ANY = (-2.0, 2.0)
 
 
@@ -34,7 +34,8 @@ UNARY = {
     "square": (F.square, np.square), "sigmoid": (F.sigmoid, lambda x: 1 / (1 + np.exp(-x))),
     "gelu": (F.gelu, _np_gelu), "softplus": (F.softplus, lambda x: np.log1p(np.exp(x))),
     "abs": (F.abs, np.abs), "relu": (F.relu, lambda x: np.maximum(x, 0)),
-    "log": (F.log, np.log), "sqrt": (F.sqrt, np.sqrt), "rpow": (lambda x: 2.0 ** x, lambda x: 2.0 ** x),
+    "log": (F.log, np.log), "log1p": (F.log1p, np.log1p),
+    "sqrt": (F.sqrt, np.sqrt), "rpow": (lambda x: 2.0 ** x, lambda x: 2.0 ** x),
     "pow3": (lambda x: x ** 3, lambda x: x ** 3), "scale": (lambda x: 3.0 * x - x / 4.0 + 1, lambda x: 3.0 * x - x / 4.0 + 1),
     "sum": (lambda x: F.sum(x), lambda x: np.sum(x)), "mean": (F.mean, np.mean),
     "max": (F.max, np.max), "min": (F.min, np.min),
@@ -60,7 +61,7 @@ UNARY = {
     "take_axis_last": (lambda x: F.take(x, np.array([0, 0]), axis=-1) if x.ndim else x,
                        lambda x: np.take(x, np.array([0, 0]), axis=-1) if x.ndim else x),
 }
-POSITIVE = {"log", "sqrt"}
+POSITIVE = {"log", "log1p", "sqrt"}
 AWAY_FROM_ZERO = {"abs", "relu", "where"}
 DISTINCT = {"max", "min", "max_first"}
 
@@ -175,6 +176,6 @@ def test_every_differentiable_primitive_is_covered():
     covered = {"neg", "exp", "log", "tanh", "sqrt", "abs", "sigmoid", "add", "sub", "mul", "div", "pow",
                "maximum", "minimum", "where", "convert", "id", "reduce_sum", "reduce_max", "broadcast_to",
                "reshape", "transpose", "slice", "pad", "concatenate", "take", "matmul", "stop_gradient",
-               "sign", "scatter_add", "softplus"}
+               "sign", "scatter_add", "softplus", "log1p"}
     from burjit.primitives import PRIMITIVES
     assert {n for n, p in PRIMITIVES.items() if p.vjp} <= covered
