@@ -141,7 +141,10 @@ def plot(path, rows):
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    cases = list(dict.fromkeys(f"{r['workload']}\n[{r['dtype']}]" for r in rows))
+
+    def case(r):  # the workload, its case and dtype on lines of their own: narrow tick labels
+        return f"{r['workload']} [{r['dtype']}]".replace(" ", "\n")
+    cases = list(dict.fromkeys(case(r) for r in rows))
     fws = list(dict.fromkeys(r["framework"] for r in rows))
     fig, axes = plt.subplots(2, 1, figsize=(max(8, 1.6 * len(cases)), 8), sharex=True)
     width = 0.8 / max(len(fws), 1)
@@ -151,7 +154,7 @@ def plot(path, rows):
             xs, ys = [], []
             for i, c in enumerate(cases):
                 v = next((r.get(key) for r in rows
-                          if r["framework"] == fw and f"{r['workload']}\n[{r['dtype']}]" == c), None)
+                          if r["framework"] == fw and case(r) == c), None)
                 if v and v > 0:
                     xs.append(i + (j - (len(fws) - 1) / 2) * width)
                     ys.append(v)
