@@ -30,10 +30,13 @@ class Bench:
     trivial  a call, with the step's own arguments and result structure, of a compiled function
              that does no arithmetic: its time is the per-call overhead (None for eager frameworks)
     arena    () -> bytes of burjit's planned arena, or None
+    loop     k -> runs k steps inside one call of the framework's own loop (jax.lax.fori_loop),
+             or None for a framework without one
     """
 
-    def __init__(self, step, read, trivial=None, arena=None):
+    def __init__(self, step, read, trivial=None, arena=None, loop=None):
         self.step, self.read, self.trivial, self.arena = step, read, trivial, arena or (lambda: None)
+        self.loop = loop
 
 
 # -- pytrees of dicts / lists / tuples ---------------------------------------------------------
@@ -250,14 +253,20 @@ class Jax:
 
     def grad(self, f, x0):
         jax, out = self.jax, {}
-        fn = jax.jit(jax.value_and_grad(lambda x: f(self.xp, x)))
+        vg = jax.value_and_grad(lambda x: f(self.xp, x))
+        fn = jax.jit(vg)
         trivial = jax.jit(lambda x: (x.reshape(-1)[0], x))
         x = self.jnp.asarray(x0)
+
+        def body(i, carry):  # x + 0 * g: each evaluation reads the last, so none is hoisted out of the loop
+            value, g = vg(carry[0])
+            return carry[0] + 0.0 * g, value, g
+        looped = jax.jit(lambda x, k: jax.lax.fori_loop(0, k, body, (x, x.sum(), x)))
 
         def run():
             out["value"], out["grad"] = jax.block_until_ready(fn(x))
         return Bench(run, lambda: {k: np.asarray(v) for k, v in out.items()},
-                     lambda: jax.block_until_ready(trivial(x)))
+                     lambda: jax.block_until_ready(trivial(x)), loop=lambda k: jax.block_until_ready(looped(x, k)))
 
     def sgd(self, loss, params, batch, lr):
         jax = self.jax
@@ -267,6 +276,10 @@ class Jax:
             return jax.tree_util.tree_map(lambda p, g: p - lr * g, p, g), value
         step = jax.jit(train, donate_argnums=0)
         trivial = jax.jit(lambda p, b: (p, _first_leaf(p).reshape(-1)[0]), donate_argnums=0)
+
+        def k_steps(p, b, k):
+            return jax.lax.fori_loop(0, k, lambda i, carry: train(carry[0], b), (p, 0.0 * _first_leaf(p).sum()))
+        looped = jax.jit(k_steps, donate_argnums=0)
         batch = tree_map(self.jnp.asarray, batch)
         state = {"p": tree_map(self.jnp.asarray, params), "loss": np.nan}
 
@@ -275,7 +288,10 @@ class Jax:
 
         def poke():
             state["p"], _ = jax.block_until_ready(trivial(state["p"], batch))
-        return Bench(run, lambda: _read(state, np.asarray), poke)
+
+        def loop(k):
+            state["p"], state["loss"] = jax.block_until_ready(looped(state["p"], batch, k))
+        return Bench(run, lambda: _read(state, np.asarray), poke, loop=loop)
 
 
 # -- autograd (HIPS) -----------------------------------------------------------------------------

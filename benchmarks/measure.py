@@ -1,9 +1,10 @@
 """Timing, memory and environment helpers shared by the runner and its worker processes.
 
-Peak memory is the process's high-water RSS (VmHWM) after the peak is reset once the
-framework is imported, minus the RSS at that moment: it counts what building, compiling and
-running the workload cost, not the framework's own import. Linux resets VmHWM when "5" is
-written to /proc/self/clear_refs; where that fails the delta is of ru_maxrss and says so.
+Two peak-memory figures: the whole process's high-water RSS (VmHWM: Python, numpy, the
+framework's import and everything after), and the delta, the high-water RSS after the peak is
+reset once the framework is imported minus the RSS at that moment, which counts what building,
+compiling and running the workload cost. Linux resets VmHWM when "5" is written to
+/proc/self/clear_refs; where that fails the delta is of ru_maxrss, so it includes the import.
 """
 
 import os

@@ -2,8 +2,8 @@
 
 import json
 
-COLUMNS = ("workload", "framework", "time/step", "x burjit", "compile", "overhead/call", "peak RSS +",
-           "arena", "status")
+COLUMNS = ("workload", "framework", "time/step", "x burjit", "loop/step", "overhead/call", "import",
+           "cold compile", "warm compile", "peak RSS", "peak RSS +", "arena", "status")
 
 
 def _num(v):
@@ -31,8 +31,9 @@ def size(b):
 def cells(r):
     status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('note', '')}"
     return (f"{r['workload']} [{r['dtype']}]", r["framework"], seconds(r.get("step_s")),
-            _num(r["ratio"]) if r.get("ratio") else "-", seconds(r.get("compile_s")),
-            seconds(r.get("overhead_s")), size(r.get("peak_rss_delta")), size(r.get("arena_bytes")), status)
+            _num(r["ratio"]) if r.get("ratio") else "-", seconds(r.get("loop_s")), seconds(r.get("overhead_s")),
+            seconds(r.get("import_s")), seconds(r.get("cold_compile_s")), seconds(r.get("warm_compile_s")),
+            size(r.get("peak_rss")), size(r.get("peak_rss_delta")), size(r.get("arena_bytes")), status)
 
 
 def header(meta):
@@ -67,17 +68,25 @@ METHOD = """\
   steps, k chosen so that a round takes about the round time) of what a training loop pays per
   step: the Python call of the compiled step with its argument flattening and result wrapping
   (JAX: until `block_until_ready`). x burjit: that time over burjit's, same run (> 1: burjit faster).
-- compile: build + first step, minus one step, cold: the run points BURJIT_CACHE_DIR and
-  TORCHINDUCTOR_CACHE_DIR at empty directories (JAX keeps no persistent cache by default).
-  Eager frameworks compile nothing: `-`.
+- loop/step: for a framework with a loop of its own, the same timing of k steps inside one call
+  (JAX: `lax.fori_loop` over the training step, or over value-and-gradient with each evaluation
+  reading the last): the per-step cost once the Python call is out of the loop. `-` where the
+  framework has no such loop (burjit has none yet).
 - overhead/call: the same timing of a compiled function that takes the step's own arguments and
   returns the step's result structure without arithmetic (training: the donated parameters
   unchanged plus one element; gradients: the input vector plus one element). time/step minus
   overhead/call is the time spent in the step's native code.
-- peak RSS +: high-water RSS during build, compile and steps (VmHWM, reset after the framework is
-  imported) minus the RSS at that point (results.json also has end_rss_delta, after the last step;
-  the heap rarely shrinks, so it is close to the peak). arena: burjit's planned workspace
-  (`step.memory_plan()`).
+- import: seconds to import the framework in a fresh worker (numpy already imported), the faster
+  of the two fresh processes below.
+- cold compile: build + first step, minus one step, in a fresh process whose compilation caches
+  are empty directories of its own (BURJIT_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR,
+  JAX_COMPILATION_CACHE_DIR with JAX's persistent cache on for every compile). warm compile: the
+  same in a second fresh process over the caches the first one filled (its values and gradients
+  must match the first's). Eager frameworks compile nothing: `-`.
+- peak RSS: the whole worker process's high-water RSS (VmHWM: Python, numpy, the framework's
+  import, build, compile and steps). peak RSS +: the high-water RSS during build, compile and
+  steps (VmHWM reset after the import) minus the RSS at that point (results.json also has
+  end_rss_delta, after the last step). arena: burjit's planned workspace (`step.memory_plan()`).
 - Each request to a worker has a time limit; past it the worker is killed and marked `timeout`,
   and that framework is not tried on the larger cases of the same workload.
 """
@@ -106,13 +115,15 @@ def summary(rows):
 
 def markdown(meta, rows, picture=None):
     lines = ["# burjit benchmarks", ""] + [f"- {h}" for h in header(meta)] + ["", "## Workloads"]
-    lines += [f"- **{name}**: {text}" for name, text in meta.get("workloads", {}).items()]
+    lines += [f"- **{name}**: {text}" + (f" Published reference: {meta['published'][name]}."
+                                         if name in meta.get("published", {}) else "")
+              for name, text in meta.get("workloads", {}).items()]
     lines += ["", "## Summary (ratio: the peer's time per step over burjit's; > 1 means burjit is faster)", ""]
     lines += [f"- {line}" for line in summary(rows)]
     lines += ["", "## Results", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(c).replace("|", "/") for c in cells(r)) + " |" for r in rows]
     if picture:
-        lines += ["", f"Time per step and peak RSS delta, log scale: `{picture}` beside this file.",
+        lines += ["", f"Time per step and whole-process peak RSS, log scale: `{picture}` beside this file.",
                   "", f"![time per step and peak memory]({picture})"]
     return "\n".join(lines + ["", METHOD])
 
@@ -122,7 +133,7 @@ def write_json(path, meta, rows):
 
 
 def plot(path, rows):
-    """Time per step and peak RSS delta per workload, one bar per framework, log scale.
+    """Time per step and whole-process peak RSS per workload, one bar per framework, log scale.
     Returns False (and writes nothing) when matplotlib is not installed."""
     try:
         import matplotlib
@@ -130,16 +141,20 @@ def plot(path, rows):
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    cases = list(dict.fromkeys(f"{r['workload']}\n[{r['dtype']}]" for r in rows))
+
+    def case(r):  # the workload, its case and dtype on lines of their own: narrow tick labels
+        return f"{r['workload']} [{r['dtype']}]".replace(" ", "\n")
+    cases = list(dict.fromkeys(case(r) for r in rows))
     fws = list(dict.fromkeys(r["framework"] for r in rows))
     fig, axes = plt.subplots(2, 1, figsize=(max(8, 1.6 * len(cases)), 8), sharex=True)
     width = 0.8 / max(len(fws), 1)
-    for ax, key, ylabel in ((axes[0], "step_s", "time per step (s)"), (axes[1], "peak_rss_delta", "peak RSS delta (bytes)")):
+    panels = ((axes[0], "step_s", "time per step (s)"), (axes[1], "peak_rss", "peak RSS, whole process (bytes)"))
+    for ax, key, ylabel in panels:
         for j, fw in enumerate(fws):
             xs, ys = [], []
             for i, c in enumerate(cases):
                 v = next((r.get(key) for r in rows
-                          if r["framework"] == fw and f"{r['workload']}\n[{r['dtype']}]" == c), None)
+                          if r["framework"] == fw and case(r) == c), None)
                 if v and v > 0:
                     xs.append(i + (j - (len(fws) - 1) / 2) * width)
                     ys.append(v)

@@ -1,14 +1,18 @@
 """`python -m benchmarks`: burjit and its peers, side by side, on every workload, in one run.
 
 For each workload case the runner starts one worker process per framework (see worker.py),
-lets each build its step and take its first step (the "compile" figure), compares every
-framework's values and gradients (check.py) and times only those that agree. Timing alternates:
-each round asks every worker in turn for k back-to-back steps, so machine noise falls on all
-frameworks alike; the figure is the median over rounds of the time per step. Per-call overhead
-is timed the same way on a compiled function with the step's own arguments and results and no
-arithmetic. Every request has a time limit; a worker that outlives it is killed and its row
-says "timeout". Results: a table on stdout, results.json and results.png under --out, and
-optionally the Markdown for benchmarks/RESULTS.md.
+with empty compilation caches of its own, lets each import its framework, build its step and
+take its first step (the "cold compile" figure), compares every framework's values and
+gradients (check.py) and times only those that agree. Timing alternates: each round asks every
+worker in turn for k back-to-back steps, so machine noise falls on all frameworks alike; the
+figure is the median over rounds of the time per step. Per-call overhead is timed the same way
+on a compiled function with the step's own arguments and results and no arithmetic, and, for a
+framework with a loop of its own (JAX's fori_loop), the time per step of k steps in one call.
+Then a second fresh process per compiling framework builds the same step from the caches the
+first one filled (the "warm compile" figure; its check values must match the first's). Every
+request has a time limit; a worker that outlives it is killed and its row says "timeout".
+Results: a table on stdout, results.json and results.png under --out, and optionally the
+Markdown for benchmarks/RESULTS.md.
 """
 
 import argparse
@@ -75,29 +79,48 @@ def label(name, case):
     return " ".join([name] + [f"{k}={v}" for k, v in case.items()])
 
 
-def run_case(name, case, dtype, names, opts, env, log_dir, skip=None):
+def cache_env(env, cache):
+    """`env` with every framework's compilation cache in the directory `cache` (JAX's persistent
+    cache switched on for every compile, however quick, so a warm start can use it)."""
+    return {**env, "BURJIT_CACHE_DIR": os.path.join(cache, "burjit"),
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "torchinductor"),
+            "JAX_COMPILATION_CACHE_DIR": os.path.join(cache, "jax"),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+
+
+def start(spec, env, log_path, timeout):
+    """A worker that has built its step and taken its first step, and its first answer; or None
+    and what went wrong (a dict of row fields)."""
+    worker = Worker(spec, env, log_path)
+    try:
+        answer = worker.ask(timeout)
+    except (TimeoutError, WorkerFailed) as e:
+        return None, {"status": "timeout" if isinstance(e, TimeoutError) else "error",
+                      "note": f"build + first step: {e}"}
+    if answer["status"] != "ready":
+        worker.close()
+        return None, {"status": answer["status"], "note": answer["note"]}
+    return worker, answer
+
+
+def run_case(name, case, dtype, names, opts, env, log_dir, cache_root, skip=None):
     """Rows (dicts) for one workload case, one per framework; `skip`: framework -> why not run it."""
     module = workloads.get(name)
     skip = {**getattr(module, "SKIP", {}), **(skip or {})}
-    rows, live = {}, {}
+    rows, live, envs = {}, {}, {}
     for fw in names:
         row = rows[fw] = {"workload": label(name, case), "framework": fw, "dtype": dtype, "status": "ok"}
         if fw in skip:
             row.update(status="skipped", note=skip[fw])
             continue
+        tag = f"{label(name, case).replace(' ', '_')}-{fw}-{dtype}"
+        envs[fw] = (cache_env(env, os.path.join(cache_root, tag)), log_dir / f"{tag}.log")
         spec = {"workload": name, "case": case, "framework": fw, "dtype": dtype}
-        worker = Worker(spec, env, log_dir / f"{label(name, case).replace(' ', '_')}-{fw}-{dtype}.log")
-        try:
-            answer = worker.ask(opts.timeout)
-        except (TimeoutError, WorkerFailed) as e:
-            row.update(status="timeout" if isinstance(e, TimeoutError) else "error",
-                       note=f"build + first step: {e}")
+        worker, answer = start(spec, *envs[fw], opts.timeout)
+        if worker is None:
+            row.update(answer)
             continue
-        if answer["status"] != "ready":
-            row.update(status=answer["status"], note=answer["note"])
-            worker.close()
-            continue
-        row.update(version=answer["version"], first_call_s=answer["first_call_s"])
+        row.update(version=answer["version"], import_s=answer["import_s"], first_call_s=answer["first_call_s"])
         live[fw] = (worker, answer)
     verdicts = check.judge({fw: a["check"] for fw, (_, a) in live.items()}, dtype, getattr(module, "EXPECTED", None))
     for fw, reason in verdicts.items():
@@ -106,16 +129,34 @@ def run_case(name, case, dtype, names, opts, env, log_dir, skip=None):
             live.pop(fw)[0].close()
     _alternate(live, rows, "time", "step_s", opts)
     _alternate({fw: wa for fw, wa in live.items() if wa[1]["has_trivial"]}, rows, "overhead", "overhead_s", opts)
-    for fw, (worker, _) in live.items():
+    _alternate({fw: wa for fw, wa in live.items() if wa[1]["has_loop"]}, rows, "loop", "loop_s", opts)
+    for fw, (worker, answer) in live.items():
         if rows[fw]["status"] == "ok":  # not one that timed out or failed while being timed
             try:
                 rows[fw].update(worker.ask(opts.timeout, cmd="finish"))
             except (TimeoutError, WorkerFailed) as e:
                 rows[fw].update(note=f"memory figures lost: {e}")
         worker.close()
-        if "step_s" in rows[fw] and live[fw][1]["has_trivial"]:  # eager frameworks compile nothing
-            rows[fw]["compile_s"] = max(rows[fw]["first_call_s"] - rows[fw]["step_s"], 0.0)
+        if "step_s" in rows[fw] and answer["has_trivial"]:  # eager frameworks compile nothing
+            rows[fw]["cold_compile_s"] = max(rows[fw]["first_call_s"] - rows[fw]["step_s"], 0.0)
+            _warm_start(rows[fw], {"workload": name, "case": case, "framework": fw, "dtype": dtype},
+                        answer["check"], envs[fw], opts)
     return list(rows.values())
+
+
+def _warm_start(row, spec, cold_check, env_log, opts):
+    """Warm compile: a fresh process builds the step from the caches the first one filled."""
+    env, log_path = env_log
+    worker, answer = start(spec, env, log_path.with_suffix(".warm.log"), opts.timeout)
+    if worker is None:
+        row["note"] = f"warm start: {answer['status']}: {answer['note']}"
+        return
+    worker.close()
+    reason = check.disagreement(answer["check"], cold_check, check.RTOL[spec["dtype"]])
+    if reason:
+        row.update(status="wrong", note=f"the warm (cached) build computes differently: {reason}")
+    row["warm_compile_s"] = max(answer["first_call_s"] - row["step_s"], 0.0)
+    row["import_s"] = min(row["import_s"], answer["import_s"])
 
 
 def _alternate(live, rows, cmd, key, opts):
@@ -166,7 +207,9 @@ def parse(argv):
     ap.add_argument("--frameworks", default=None,
                     help="comma-separated frameworks (default: " + ",".join(frameworks.DEFAULT)
                     + " plus each workload's extras)")
-    ap.add_argument("--dtype", choices=("float64", "float32", "both"), default="float64")
+    ap.add_argument("--dtype", choices=("float64", "float32", "both"), default=None,
+                    help="run every workload in this dtype (default: each workload's own, float64 unless it says)")
+    ap.add_argument("--large", action="store_true", help="also the workloads' large cases (fastest_autograd n=100000)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per request (default 60, quick 45)")
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 7, quick 3)")
     ap.add_argument("--round-time", type=float, default=None, help="seconds per framework per round (0.2, quick 0.03)")
@@ -185,21 +228,27 @@ def parse(argv):
     return opts
 
 
-def run_all(names, chosen, dtypes, opts, env, log_dir):
+def run_all(names, chosen, opts, env, log_dir, cache_root):
     rows = []
-    for dtype in dtypes:
-        for name in names:
-            module = workloads.get(name)
-            fws = chosen or list(frameworks.DEFAULT) + list(getattr(module, "EXTRA", ()))
+    for name in names:
+        module = workloads.get(name)
+        fws = chosen or list(frameworks.DEFAULT) + list(getattr(module, "EXTRA", ()))
+        for dtype in dtypes(module, opts.dtype):
             gave_up = {}  # a framework that timed out on a case is not tried on the larger ones
-            for case in module.cases(opts.quick):
+            for case in module.cases(opts.quick) + (getattr(module, "LARGE", []) if opts.large else []):
                 print(f"-- {label(name, case)} [{dtype}]", file=sys.stderr, flush=True)
-                done = run_case(name, case, dtype, fws, opts, env, log_dir, gave_up)
+                done = run_case(name, case, dtype, fws, opts, env, log_dir, cache_root, gave_up)
                 gave_up.update({r["framework"]: f"timed out at {r['workload']} already" for r in done
                                 if r["status"] == "timeout"})
                 rows += done
     add_ratios(rows)
     return rows
+
+
+def dtypes(module, chosen):
+    if chosen is None:
+        return getattr(module, "DTYPES", ("float64",))
+    return ("float64", "float32") if chosen == "both" else (chosen,)
 
 
 def main(argv=None):
@@ -212,17 +261,13 @@ def main(argv=None):
     unknown = set(chosen or ()) - set(frameworks.FRAMEWORKS)
     if unknown:
         raise SystemExit(f"unknown frameworks {sorted(unknown)}; known: {', '.join(frameworks.FRAMEWORKS)}")
-    dtypes = ("float64", "float32") if opts.dtype == "both" else (opts.dtype,)
     log_dir = opts.out / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     env = measure.worker_env(opts.keep_openblas_tuning)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     started, revision = time.time(), measure.git_revision(ROOT)
-    with tempfile.TemporaryDirectory(prefix="burjit-bench-cache-") as cache:
-        # empty compilation caches: "compile" is a cold compile for burjit and torch.compile alike
-        env["BURJIT_CACHE_DIR"] = os.path.join(cache, "burjit")
-        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "torchinductor")
-        rows = run_all(names, chosen, dtypes, opts, env, log_dir)
+    with tempfile.TemporaryDirectory(prefix="burjit-bench-cache-") as cache_root:
+        rows = run_all(names, chosen, opts, env, log_dir, cache_root)
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join(["python -m benchmarks"] + argv),
@@ -233,6 +278,7 @@ def main(argv=None):
         "quick": opts.quick, "rounds": opts.rounds, "round_time_s": opts.round_time, "timeout_s": opts.timeout,
         "versions": {r["framework"]: r["version"] for r in rows if r.get("version")},
         "workloads": {n: " ".join(workloads.get(n).__doc__.split("\n\n")[0].split()) for n in names},
+        "published": {n: workloads.get(n).PUBLISHED for n in names if hasattr(workloads.get(n), "PUBLISHED")},
     }
     print(report.table(meta, rows))
     report.write_json(opts.out / "results.json", meta, rows)

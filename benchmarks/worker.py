@@ -4,7 +4,9 @@
 one JSON line each on the original stdout; anything the framework prints goes to stderr (the
 runner's log). Requests come one JSON line each on stdin: {"cmd": "time", "k": k} (seconds per
 step over k steps), {"cmd": "overhead", "k": k} (seconds per call of the trivial step),
-{"cmd": "finish"} (memory figures, then exit).
+{"cmd": "loop", "k": k} (seconds per step of k steps inside one call of the framework's own
+loop), {"cmd": "finish"} (memory figures, then exit). The first answer also says how long the
+framework took to import (numpy, imported before, not included).
 
 A process per (workload, framework) keeps one framework's imports, thread pools and heap out of
 another's numbers, and lets the runner kill a measurement that outlives its time limit. The work
@@ -27,11 +29,14 @@ def serve(spec, send, requests):
     fw = frameworks.FRAMEWORKS[spec["framework"]]
     if spec["dtype"] not in fw.dtypes:
         return send(status="skipped", note=f"{spec['dtype']} not supported ({'/'.join(fw.dtypes)} only)")
+    t0 = time.perf_counter()
     try:
         version = fw.load(spec["dtype"])
     except ImportError as e:
         return send(status="missing", note=f"cannot import: {e}")
+    import_s = time.perf_counter() - t0
     work = workloads.get(spec["workload"]).make(spec["case"], spec["dtype"])
+    import_peak = measure.peak_bytes()
     measure.reset_peak()
     base = measure.rss_bytes()
     t0 = time.perf_counter()
@@ -44,21 +49,27 @@ def serve(spec, send, requests):
         return send(status="skipped", note=str(e))
     first = time.perf_counter() - t0
     check = {k: np.asarray(v, dtype=np.float64).ravel().tolist() for k, v in work.check(before, after).items()}
-    send(status="ready", version=version, first_call_s=first, check=check,
-         has_trivial=bench.trivial is not None)
-    warmed = False
+    send(status="ready", version=version, import_s=import_s, first_call_s=first, check=check,
+         has_trivial=bench.trivial is not None, has_loop=bench.loop is not None)
+    warmed = set()
     for line in requests:
         req = json.loads(line)
         if req["cmd"] == "time":
             send(s=measure.per_call(bench.step, req["k"]))
         elif req["cmd"] == "overhead":
-            if not warmed:
+            if "overhead" not in warmed:
                 bench.trivial()
-                warmed = True
+                warmed.add("overhead")
             send(s=measure.per_call(bench.trivial, req["k"]))
+        elif req["cmd"] == "loop":
+            if "loop" not in warmed:  # compiles the loop (its trip count is an argument: once for every k)
+                bench.loop(1)
+                warmed.add("loop")
+            send(s=measure.per_call(lambda: bench.loop(req["k"]), 1) / req["k"])
         elif req["cmd"] == "finish":
-            return send(peak_rss_delta=measure.peak_bytes() - base, end_rss_delta=measure.rss_bytes() - base,
-                        rss_base=base, arena_bytes=bench.arena())
+            peak = measure.peak_bytes()
+            return send(peak_rss=max(peak, import_peak), peak_rss_delta=peak - base,
+                        end_rss_delta=measure.rss_bytes() - base, rss_base=base, arena_bytes=bench.arena())
 
 
 def main():

@@ -77,13 +77,17 @@ class LayerNorm:
 
 
 class CausalSelfAttention:
-    """Multi-head self-attention over (B, T, C) where position t only sees positions <= t."""
+    """Multi-head self-attention over (B, T, C) where position t only sees positions <= t.
 
-    def __init__(self, d_model, n_head, proj_std=None, dtype="float32"):
+    q, k and v come from one Linear(d_model, 3 * d_model): its column blocks are the per-head
+    projections, so qkv_bias=False is the same model as bias-free key/query/value layers per head.
+    """
+
+    def __init__(self, d_model, n_head, proj_std=None, qkv_bias=True, dtype="float32"):
         if d_model % n_head:
             raise ValueError(f"d_model {d_model} is not divisible by n_head {n_head}")
         self.n_head = n_head
-        self.qkv = Linear(d_model, 3 * d_model, dtype=dtype)
+        self.qkv = Linear(d_model, 3 * d_model, bias=qkv_bias, dtype=dtype)
         self.proj = Linear(d_model, d_model, std=proj_std, dtype=dtype)
 
     def init(self, seed):
@@ -104,11 +108,17 @@ class CausalSelfAttention:
         return self.proj(p["proj"], y)
 
 
-class MLP:
-    """Position-wise feed-forward: Linear(d, hidden) -> GELU -> Linear(hidden, d)."""
+ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}  # by name, so a model's config stays JSON
 
-    def __init__(self, d_model, hidden=None, proj_std=None, dtype="float32"):
+
+class MLP:
+    """Position-wise feed-forward: Linear(d, hidden) -> activation (GELU or ReLU) -> Linear(hidden, d)."""
+
+    def __init__(self, d_model, hidden=None, proj_std=None, activation="gelu", dtype="float32"):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; known: {', '.join(ACTIVATIONS)}")
         hidden = hidden or 4 * d_model
+        self.act = ACTIVATIONS[activation]
         self.fc = Linear(d_model, hidden, dtype=dtype)
         self.proj = Linear(hidden, d_model, std=proj_std, dtype=dtype)
 
@@ -117,16 +127,16 @@ class MLP:
         return {"fc": self.fc.init(rng), "proj": self.proj.init(rng)}
 
     def __call__(self, p, x):
-        return self.proj(p["proj"], F.gelu(self.fc(p["fc"], x)))
+        return self.proj(p["proj"], self.act(self.fc(p["fc"], x)))
 
 
 class Block:
     """Pre-norm transformer block: x + attn(ln(x)), then + mlp(ln(x))."""
 
-    def __init__(self, d_model, n_head, proj_std=None, dtype="float32"):
+    def __init__(self, d_model, n_head, proj_std=None, qkv_bias=True, activation="gelu", dtype="float32"):
         self.ln1, self.ln2 = LayerNorm(d_model, dtype=dtype), LayerNorm(d_model, dtype=dtype)
-        self.attn = CausalSelfAttention(d_model, n_head, proj_std, dtype)
-        self.mlp = MLP(d_model, proj_std=proj_std, dtype=dtype)
+        self.attn = CausalSelfAttention(d_model, n_head, proj_std, qkv_bias, dtype)
+        self.mlp = MLP(d_model, proj_std=proj_std, activation=activation, dtype=dtype)
 
     def init(self, seed):
         rng = _rng(seed)
@@ -142,19 +152,23 @@ class GPT:
     """A GPT-2-style decoder: token + position embeddings, n_layer blocks, final norm, vocab head.
 
     Residual output projections start at std 1/sqrt(2 * n_layer * d_model), as in GPT-2, so
-    the residual stream's variance does not grow with depth at init.
+    the residual stream's variance does not grow with depth at init. The defaults are GPT-2's
+    choices; qkv_bias=False, activation="relu", head_bias=True give the "Let's build GPT" /
+    BurTorch variant (bias-free q/k/v, ReLU MLP, a vocab head with bias).
     """
 
-    def __init__(self, vocab_size, block_size, n_layer=2, n_head=4, d_model=64, dtype="float32"):
-        self.config = dict(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer,
-                           n_head=n_head, d_model=d_model, dtype=dtype)
+    def __init__(self, vocab_size, block_size, n_layer=2, n_head=4, d_model=64, dtype="float32",
+                 qkv_bias=True, activation="gelu", head_bias=False):
+        self.config = dict(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=n_head,
+                           d_model=d_model, dtype=dtype, qkv_bias=qkv_bias, activation=activation,
+                           head_bias=head_bias)
         self.block_size = block_size
         self.wte = Embedding(vocab_size, d_model, dtype=dtype)
         self.wpe = Embedding(block_size, d_model, dtype=dtype)
         proj_std = (2 * n_layer * d_model) ** -0.5
-        self.blocks = [Block(d_model, n_head, proj_std, dtype) for _ in range(n_layer)]
+        self.blocks = [Block(d_model, n_head, proj_std, qkv_bias, activation, dtype) for _ in range(n_layer)]
         self.ln_f = LayerNorm(d_model, dtype=dtype)
-        self.head = Linear(d_model, vocab_size, bias=False, std=0.02, dtype=dtype)  # near-uniform start
+        self.head = Linear(d_model, vocab_size, bias=head_bias, std=0.02, dtype=dtype)  # near-uniform start
 
     def init(self, seed):
         rng = _rng(seed)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not installed: a plain `pytest`
-from benchmarks import check, report, run  # noqa: E402
+from benchmarks import check, report, run, workloads  # noqa: E402
 from benchmarks.workloads import expression  # noqa: E402
 
 TINY = ["--quick", "--only", "expression", "--rounds", "1", "--round-time", "0.001"]
@@ -34,6 +34,21 @@ def test_a_run_writes_rows_json_and_markdown(tmp_path):
     assert {"date", "cpu", "command", "versions", "python", "numpy"} <= set(data["meta"])
     assert "reference backend" in data["meta"]["versions"]["burjit-ref"]
     assert "burjit-ref" in (tmp_path / "R.md").read_text()
+
+
+def test_every_workload_runs_in_quick_mode_with_every_column(tmp_path):
+    """The smoke run: each workload's quick case on the reference backend (the GPTs' once, in
+    float32), and on the native one the small scalar graphs, whose second, warm build comes
+    from the cache the first one filled."""
+    fast = ["--rounds", "1", "--round-time", "0.001", "--out", str(tmp_path)]
+    rows = run.main(["--quick", "--frameworks", "burjit-ref", "--dtype", "float32"] + fast)
+    rows += run.main(["--quick", "--only", "tiny,fastest_autograd", "--frameworks", "burjit"] + fast)
+    assert {r["workload"].split()[0] for r in rows} == set(workloads.NAMES)
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["step_s"] > 0 and r["import_s"] > 0 and r["cold_compile_s"] >= 0 and r["warm_compile_s"] >= 0
+        assert r["peak_rss"] >= r["peak_rss_delta"] >= 0 and "loop_s" not in r  # burjit has no loop of its own
+    assert [r["workload"] for r in rows[-2:]] == ["tiny", "fastest_autograd n=100"]
 
 
 def test_ratios_are_against_burjit_in_the_same_case():

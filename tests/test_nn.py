@@ -54,19 +54,22 @@ def np_attention(p, x, n_head):
     return np_linear(p["proj"], y)
 
 
-def np_mlp(p, x):
-    return np_linear(p["proj"], np_gelu(np_linear(p["fc"], x)))
+NP_ACTIVATIONS = {"gelu": np_gelu, "relu": lambda x: np.maximum(x, 0.0)}
 
 
-def np_block(p, x, n_head):
+def np_mlp(p, x, activation):
+    return np_linear(p["proj"], NP_ACTIVATIONS[activation](np_linear(p["fc"], x)))
+
+
+def np_block(p, x, n_head, activation):
     x = x + np_attention(p["attn"], np_layernorm(p["ln1"], x), n_head)
-    return x + np_mlp(p["mlp"], np_layernorm(p["ln2"], x))
+    return x + np_mlp(p["mlp"], np_layernorm(p["ln2"], x), activation)
 
 
-def np_gpt(p, idx, n_head):
+def np_gpt(p, idx, n_head, activation):
     x = p["wte"]["w"][idx] + p["wpe"]["w"][:idx.shape[-1]]
     for bp in p["blocks"]:
-        x = np_block(bp, x, n_head)
+        x = np_block(bp, x, n_head, activation)
     return np_linear(p["head"], np_layernorm(p["ln_f"], x))
 
 
@@ -77,12 +80,14 @@ LAYERS = {
     "embedding": (lambda num, dim: nn.Embedding(num, dim, std=1.0, dtype="float64"),
                   lambda cfg, p, idx: p["w"][idx]),
     "layernorm": (lambda dim: nn.LayerNorm(dim, dtype="float64"), lambda cfg, p, x: np_layernorm(p, x)),
-    "attention": (lambda d, h: nn.CausalSelfAttention(d, h, dtype="float64"),
+    "attention": (lambda d, h, qkv_bias: nn.CausalSelfAttention(d, h, qkv_bias=qkv_bias, dtype="float64"),
                   lambda cfg, p, x: np_attention(p, x, cfg[1])),
-    "mlp": (lambda d: nn.MLP(d, dtype="float64"), lambda cfg, p, x: np_mlp(p, x)),
-    "block": (lambda d, h: nn.Block(d, h, dtype="float64"), lambda cfg, p, x: np_block(p, x, cfg[1])),
-    "gpt": (lambda v, t, n_layer, h, d: nn.GPT(v, t, n_layer, h, d, dtype="float64"),
-            lambda cfg, p, idx: np_gpt(p, idx, cfg[3])),
+    "mlp": (lambda d, act: nn.MLP(d, activation=act, dtype="float64"), lambda cfg, p, x: np_mlp(p, x, cfg[1])),
+    "block": (lambda d, h, qkv_bias, act: nn.Block(d, h, qkv_bias=qkv_bias, activation=act, dtype="float64"),
+              lambda cfg, p, x: np_block(p, x, cfg[1], cfg[3])),
+    "gpt": (lambda v, t, n_layer, h, d, qkv_bias, act, head_bias: nn.GPT(
+                v, t, n_layer, h, d, dtype="float64", qkv_bias=qkv_bias, activation=act, head_bias=head_bias),
+            lambda cfg, p, idx: np_gpt(p, idx, cfg[3], cfg[6])),
 }
 
 # A few configs and input shapes per kind, so a compiling backend builds only a few programs.
@@ -90,10 +95,10 @@ CASES = {
     "linear": [((3, 2, True), (4, 3)), ((2, 1, False), (2, 3, 2)), ((1, 2, True), (1,))],
     "embedding": [((5, 3), (4,)), ((3, 2), (2, 3))],
     "layernorm": [((3,), (2, 3)), ((4,), (2, 2, 4))],
-    "attention": [((4, 2), (2, 3, 4)), ((2, 1), (1, 1, 2))],
-    "mlp": [((2,), (3, 2))],
-    "block": [((4, 2), (1, 3, 4))],
-    "gpt": [((7, 4, 2, 2, 8), (2, 3))],
+    "attention": [((4, 2, True), (2, 3, 4)), ((2, 1, True), (1, 1, 2)), ((4, 2, False), (2, 3, 4))],
+    "mlp": [((2, "gelu"), (3, 2)), ((2, "relu"), (3, 2))],
+    "block": [((4, 2, True, "gelu"), (1, 3, 4)), ((4, 2, False, "relu"), (1, 3, 4))],
+    "gpt": [((7, 4, 2, 2, 8, True, "gelu", False), (2, 3)), ((7, 4, 2, 2, 8, False, "relu", True), (2, 3))],
 }
 
 
@@ -156,9 +161,20 @@ def test_init_is_deterministic_per_seed():
     assert all(x.dtype == np.float32 for x in burjit.pytree.flatten(a)[0])
 
 
+def test_bias_options_shape_the_parameter_tree():
+    """BurTorch's mini GPT (bias-free q/k/v, ReLU MLP, head with bias) has its published 46,337 parameters."""
+    m = nn.GPT(65, 8, n_layer=6, n_head=6, d_model=24, qkv_bias=False, activation="relu", head_bias=True)
+    p = m.init(0)
+    assert "b" not in p["blocks"][0]["attn"]["qkv"] and "b" in p["head"]
+    assert sum(a.size for a in burjit.pytree.flatten(p)[0]) == 46337
+    assert "b" in nn.GPT(5, 4, n_layer=1, n_head=1, d_model=4).init(0)["blocks"][0]["attn"]["qkv"]
+
+
 def test_bad_configs_fail_clearly():
     with pytest.raises(ValueError, match="divisible"):
         nn.CausalSelfAttention(6, 4)
+    with pytest.raises(ValueError, match="unknown activation 'tanh'"):
+        nn.MLP(4, activation="tanh")
     m = nn.GPT(5, 4, n_layer=1, n_head=1, d_model=4)
     step = burjit.compile(m, backend="reference")
     with pytest.raises(ValueError, match="block_size"):

@@ -2,8 +2,10 @@
 
 A workload's model is written once against a framework's numpy-like namespace `xp` (see
 benchmarks/frameworks.py) with the operators; every framework then runs the same numbers.
-A module may also list `SKIP` (framework -> why not), `EXTRA` (frameworks run only here) and
-`EXPECTED` (published check values that every framework must reproduce).
+A module may also list `SKIP` (framework -> why not), `EXTRA` (frameworks run only here),
+`EXPECTED` (published check values that every framework must reproduce), `DTYPES` (the dtypes
+it runs in unless --dtype says otherwise; default float64), `LARGE` (cases run only with
+--large) and `PUBLISHED` (published timings to quote beside ours).
 """
 
 import importlib
@@ -12,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-NAMES = ("expression", "scalar_mlp", "tensor_mlp", "gpt", "softgraph")
+NAMES = ("tiny", "expression", "scalar_mlp", "tensor_mlp", "gpt", "burtorch_gpt", "fastest_autograd")
 
 
 def get(name):
@@ -42,10 +44,12 @@ class Train:
     params: dict
     batch: tuple
     lr: float
-    own: dict = field(default_factory=dict)  # framework family -> its own library's loss (burjit.nn)
+    own: dict = field(default_factory=dict)  # framework family -> () -> its own library's loss (burjit.nn),
+    #                                          called only in that framework's worker: no peer imports it
 
     def build(self, fw):
-        return fw.sgd(self.own.get(fw.family, self.loss), self.params, self.batch, self.lr)
+        loss = self.own[fw.family]() if fw.family in self.own else self.loss
+        return fw.sgd(loss, self.params, self.batch, self.lr)
 
     def check(self, before, after):
         return {"loss": after["loss"],
