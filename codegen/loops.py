@@ -67,8 +67,7 @@ def evaluate(b, affine, idx):
 
 
 def nest(b, sizes, body, carried=(), interleave=False):
-    """Loops i_0 < sizes[0], ... (all sizes >= 1; a size may be an i64 value, a trip count known
-    only at run time) around body(idx, carried) -> new carried values.
+    """Loops i_0 < sizes[0], ... (all sizes >= 1) around body(idx, carried) -> new carried values.
 
     Loop-carried values (reduction accumulators) start as `carried`; the values after the last
     iteration are returned. With no sizes, body runs once in the current block. `interleave`
@@ -111,8 +110,7 @@ def _level(b, sizes, d, idx, body, carried, interleave):
     nxt = b.add(i, I64(1), flags=("nuw", "nsw"))
     latch = b.block
     exit_ = b.append_basic_block(f"x{d}")
-    bound = sizes[d] if isinstance(sizes[d], ir.Value) else I64(sizes[d])
-    br = b.cbranch(b.icmp_unsigned("<", nxt, bound), loop, exit_)
+    br = b.cbranch(b.icmp_unsigned("<", nxt, I64(sizes[d])), loop, exit_)
     if interleave and innermost:
         br.set_metadata("llvm.loop", _loop_id(b.module))
     i.add_incoming(nxt, latch)

@@ -163,26 +163,28 @@ class Program:
         # totals into the float64 ones: the first move starts them, the last one writes the result.
         wide, totals = self.wide, ptr(self.scratch)
         last = max(d for d in reduced if d < suffix)
-        inner, blocks = sizes[last + 1:suffix], -(-sizes[last] // self.steps)
-        outer_reduced = [d for d in reduced if d < last]
+        inner, n = sizes[last + 1:suffix], sizes[last]
+        ends = [d for d in reduced if d < last]
 
-        def block(idx, _):
-            count, at_step = _block(b, e, sizes[last], self.steps, idx[-1])
-            loops.nest(b, [count] + inner, lambda jdx, _: step(idx[:-1] + [at_step(jdx[0])] + jdx[1:]))
-            ends = [(idx[d], sizes[d]) for d in outer_reduced] + [(idx[-1], blocks)]
-            first, final = (functools.reduce(b.and_, [b.icmp_unsigned("==", i, I64(end(n))) for i, n in ends])
-                            for end in (lambda n: 0, lambda n: n - 1))
+        def moves(idx, _):
+            def block(start, count, _):
+                loops.nest(b, [count] + inner, lambda jdx, _: step(idx + [b.add(start, jdx[0])] + jdx[1:]))
+                def where(pairs):  # every index i is at v
+                    return functools.reduce(b.and_, [b.icmp_unsigned("==", i, I64(v)) for i, v in pairs])
+                first = where([(idx[d], 0) for d in ends] + [(start, 0)])
+                final = where([(idx[d], sizes[d] - 1) for d in ends] + [(start, (n - 1) // self.steps * self.steps)])
 
-            def move(jdx, _):
-                at = loops.evaluate(b, head, idx[:-1] + [I64(0)] + jdx)
-                before = e.select(first, _identity(op, wide), e.load(totals, wide, at))
-                total = combine(before, e.cast(e.load(out, dtype, at), wide))
-                e.store(total, totals, wide, at)
-                e.store(e.select(final, e.cast(total, dtype), identity), out, dtype, at)
+                def move(jdx, _):
+                    at = loops.evaluate(b, head, idx + [I64(0)] + jdx)
+                    before = e.select(first, _identity(op, wide), e.load(totals, wide, at))
+                    total = combine(before, e.cast(e.load(out, dtype, at), wide))
+                    e.store(total, totals, wide, at)
+                    e.store(e.select(final, e.cast(total, dtype), identity), out, dtype, at)
+                    return ()
+                loops.nest(b, inner, move)
                 return ()
-            loops.nest(b, inner, move)
-            return ()
-        loops.nest(b, sizes[:last] + [blocks], block)
+            return _in_blocks(b, n, self.steps, block, ())
+        loops.nest(b, sizes[:last], moves)
 
     def _register_total(self, b, e, sizes, element, combine):
         """element(idx) reduced over the register loops `sizes`, in the wide dtype.
@@ -197,14 +199,14 @@ class Program:
             part = loops.nest(b, sizes, lambda k, p: [combine(p[0], element(k))], [_identity(op, dtype)])[0]
             return e.cast(part, self.wide)
         t = max(d for d in range(len(sizes)) if math.prod(sizes[d:]) > BLOCK)
-        per = BLOCK // math.prod(sizes[t + 1:])
 
-        def one(jdx, acc):
-            count, at = _block(b, e, sizes[t], per, jdx[-1])
-            part = loops.nest(b, [count] + sizes[t + 1:], lambda k, p: [combine(p[0], element(jdx[:-1] + [at(k[0])] + k[1:]))],
-                              [_identity(op, dtype)])[0]
-            return [combine(acc[0], e.cast(part, self.wide))]
-        return loops.nest(b, sizes[:t] + [-(-sizes[t] // per)], one, [_identity(op, self.wide)])[0]
+        def total(lead, acc):
+            def block(start, count, acc):
+                part = loops.nest(b, [count] + sizes[t + 1:], lambda k, p: [
+                    combine(p[0], element(lead + [b.add(start, k[0])] + k[1:]))], [_identity(op, dtype)])[0]
+                return [combine(acc[0], e.cast(part, self.wide))]
+            return _in_blocks(b, sizes[t], BLOCK // math.prod(sizes[t + 1:]), block, acc)
+        return loops.nest(b, sizes[:t], total, [_identity(op, self.wide)])[0]
 
     def _fill(self, b, e, ptr, dtype, value):
         loops.nest(b, [self.reduction_size], lambda idx, _: (e.store(value, ptr, dtype, idx[0]), ())[1])
@@ -238,12 +240,13 @@ def _updates(shape, axes):
     return math.prod(dims[k][1] for k in outer), width
 
 
-def _block(b, e, n, size, j):
-    """(trip count, index map) of block j when a loop over n goes in blocks of `size`."""
-    if n <= size:
-        return n, lambda k: k
-    start = b.mul(j, I64(size))
-    return e.call("llvm.umin", b.sub(I64(n), start), I64(size)), lambda k: b.add(start, k)
+def _in_blocks(b, n, size, body, carried):
+    """A loop over n in blocks of `size`: body(start, count, carried) -> carried for each block,
+    whole blocks in a loop and then the rest, so that every trip count is a constant."""
+    full, rest = divmod(n, size)
+    if full:
+        carried = loops.nest(b, [full], lambda j, c: body(b.mul(j[0], I64(size)), size, c), carried)
+    return body(I64(full * size), rest, carried) if rest else carried
 
 
 def _identity(op, dtype):
