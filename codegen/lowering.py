@@ -25,7 +25,7 @@ from burjit.passes.memplan import ALIGN
 from . import kernels, loops
 from .emitter import Emitter
 from .matmul import matmul
-from .program import Program
+from .program import Program, running_totals
 from .types import I1, I8, I32, I64, declare
 
 SYMBOL = "burjit_step"
@@ -50,8 +50,12 @@ class Lowering:
         self.backup = []         # donated input positions to restore when a computed index fails
         self._checks, self._fallible = [], {}
         self._classify_indices()
-        self.copies, self.status_offset = self._final_copies()
-        self.arena_bytes = self.status_offset + ALIGN  # plan, staging, then the entry's error code
+        self.copies, staged_end = self._final_copies()
+        self.scratch = ("arg", self.arena_slot, staged_end)  # float64 running totals of a float32 sum (program.py)
+        self.scratch_bytes = _align(max((running_totals(graph, n)[2] for group in self.schedule for n in group
+                                         if P.PRIMITIVES[graph[n]["op"]].kind == "reduce"), default=0))
+        self.status_offset = staged_end + self.scratch_bytes
+        self.arena_bytes = self.status_offset + ALIGN  # plan, staging, scratch, then the entry's error code
 
     # -- buffers --------------------------------------------------------------------------------
     def ref(self, node):

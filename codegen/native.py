@@ -118,7 +118,7 @@ class NativeExecutable:
     def memory_plan(self):
         plan, low = self.graph.meta["memory"], self.lowering
         report = dict(plan.report())
-        report.update(arena_allocated=low.arena_bytes, staging_bytes=low.staging_bytes,
+        report.update(arena_allocated=low.arena_bytes, staging_bytes=low.staging_bytes, scratch_bytes=low.scratch_bytes,
                       kernels=len(self.graph.meta["schedule"]), locations=dict(plan.location))
         return report
 
