@@ -18,10 +18,11 @@ from .burjit import Burjit
 from .common import Bench, Skip, named_leaves, tree_map
 from .jax import Jax
 from .micrograd import Micrograd
+from .tf import TensorFlow
 from .torch import Torch
 
 FRAMEWORKS = {fw.name: fw for fw in (
     Burjit(), Burjit("burjit-ref", backend="reference"), Torch(), Torch("torch.compile", compiled=True),
-    Jax(), Autograd(), Micrograd())}
-DEFAULT = ("burjit", "torch", "torch.compile", "jax", "autograd", "micrograd")
+    Jax(), TensorFlow(), TensorFlow("tf.function", graph=True), Autograd(), Micrograd())}
+DEFAULT = ("burjit", "torch", "torch.compile", "jax", "tensorflow", "tf.function", "autograd", "micrograd")
 __all__ = ["Bench", "Skip", "named_leaves", "tree_map", "FRAMEWORKS", "DEFAULT"]
