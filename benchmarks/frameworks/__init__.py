@@ -19,10 +19,12 @@ from .common import Bench, Skip, named_leaves, tree_map
 from .jax import Jax
 from .micrograd import Micrograd
 from .tf import TensorFlow
+from .tflite import TFLite
 from .torch import Torch
 
 FRAMEWORKS = {fw.name: fw for fw in (
     Burjit(), Burjit("burjit-ref", backend="reference"), Torch(), Torch("torch.compile", compiled=True),
-    Jax(), TensorFlow(), TensorFlow("tf.function", graph=True), Autograd(), Micrograd())}
-DEFAULT = ("burjit", "torch", "torch.compile", "jax", "tensorflow", "tf.function", "autograd", "micrograd")
+    Jax(), TensorFlow(), TensorFlow("tf.function", graph=True), TFLite(),
+    Autograd(), Micrograd())}
+DEFAULT = ("burjit", "torch", "torch.compile", "jax", "tensorflow", "tf.function", "tflite", "autograd", "micrograd")
 __all__ = ["Bench", "Skip", "named_leaves", "tree_map", "FRAMEWORKS", "DEFAULT"]

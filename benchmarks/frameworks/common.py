@@ -43,6 +43,19 @@ def named_leaves(tree, prefix=""):
     return {prefix.rstrip("/"): tree}
 
 
+def leaves(tree):
+    """The leaves in tree_map's order (a flat argument list for a framework that wants one)."""
+    out = []
+    tree_map(out.append, tree)
+    return out
+
+
+def unflatten(tree, flat):
+    """The pytree shaped like `tree` whose leaves, in tree_map's order, are `flat`."""
+    flat = iter(flat)
+    return tree_map(lambda _: next(flat), tree)
+
+
 def first_leaf(tree):
     return next(iter(named_leaves(tree).values()))
 

@@ -59,6 +59,21 @@ def getitem(tf, fallback):
     return item
 
 
+def value_and_grad(tf, xp, f):
+    """x -> (f(xp, x), its gradient) by tf.GradientTape."""
+    def fn(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = f(xp, x)
+        return value, tape.gradient(value, x)
+    return fn
+
+
+def trivial_grad(tf):
+    """The trivial step of a `grad` Bench: x -> (a scalar, an x-shaped tensor), no arithmetic."""
+    return lambda x: (tf.reshape(x, [-1])[0], x)
+
+
 class TensorFlow:
     family = "tensorflow"
     dtypes = ("float32", "float64")
@@ -76,17 +91,11 @@ class TensorFlow:
 
     def grad(self, f, x0):
         tf, out = self.tf, {}
-
-        def value_and_grad(x):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                value = f(self.xp, x)
-            return value, tape.gradient(value, x)
-        fn, x = self._function(value_and_grad), tf.constant(x0)
+        fn, x = self._function(value_and_grad(tf, self.xp, f)), tf.constant(x0)
 
         def run():
             out["value"], out["grad"] = fn(x)
-        trivial = tf.function(lambda x: (tf.reshape(x, [-1])[0], x)) if self.graph else None
+        trivial = tf.function(trivial_grad(tf)) if self.graph else None
         return Bench(run, lambda: {k: v.numpy() for k, v in out.items()}, trivial and (lambda: trivial(x)))
 
     def sgd(self, loss, params, batch, lr):
