@@ -18,6 +18,7 @@ from .burjit import Burjit
 from .common import Bench, Skip, named_leaves, tree_map
 from .jax import Jax
 from .micrograd import Micrograd
+from .mlx import MLX
 from .tf import TensorFlow
 from .tflite import TFLite
 from .torch import Torch
@@ -25,6 +26,7 @@ from .torch import Torch
 FRAMEWORKS = {fw.name: fw for fw in (
     Burjit(), Burjit("burjit-ref", backend="reference"), Torch(), Torch("torch.compile", compiled=True),
     Jax(), TensorFlow(), TensorFlow("tf.function", graph=True), TFLite(),
-    Autograd(), Micrograd())}
-DEFAULT = ("burjit", "torch", "torch.compile", "jax", "tensorflow", "tf.function", "tflite", "autograd", "micrograd")
+    MLX(), MLX("mlx.compile", compiled=True), Autograd(), Micrograd())}
+DEFAULT = ("burjit", "torch", "torch.compile", "jax", "tensorflow", "tf.function", "tflite", "mlx", "mlx.compile",
+           "autograd", "micrograd")
 __all__ = ["Bench", "Skip", "named_leaves", "tree_map", "FRAMEWORKS", "DEFAULT"]
