@@ -21,12 +21,14 @@ from .micrograd import Micrograd
 from .mlx import MLX
 from .tf import TensorFlow
 from .tflite import TFLite
+from .tinygrad import Tinygrad
 from .torch import Torch
 
 FRAMEWORKS = {fw.name: fw for fw in (
     Burjit(), Burjit("burjit-ref", backend="reference"), Torch(), Torch("torch.compile", compiled=True),
     Jax(), TensorFlow(), TensorFlow("tf.function", graph=True), TFLite(),
-    MLX(), MLX("mlx.compile", compiled=True), Autograd(), Micrograd())}
+    MLX(), MLX("mlx.compile", compiled=True), Tinygrad(),
+    Autograd(), Micrograd())}
 DEFAULT = ("burjit", "torch", "torch.compile", "jax", "tensorflow", "tf.function", "tflite", "mlx", "mlx.compile",
-           "autograd", "micrograd")
+           "tinygrad", "autograd", "micrograd")
 __all__ = ["Bench", "Skip", "named_leaves", "tree_map", "FRAMEWORKS", "DEFAULT"]
