@@ -50,9 +50,13 @@ def getitem(tf, fallback):
         for d, k in zip(shape, keys):
             if isinstance(k, slice):
                 start, stop, _ = k.indices(d)
-                begin.append(start), size.append(max(stop - start, 0)), kept.append(size[-1])
+                kept.append(max(stop - start, 0))
+            elif -d <= k < d:
+                start, stop = int(k) % d, int(k) % d + 1
             else:
-                begin.append(int(k) % d), size.append(1)
+                raise IndexError(f"index {k} is out of bounds for an axis of size {d}")
+            begin.append(start)
+            size.append(max(stop - start, 0))
         rest = shape[len(keys):]
         out = tf.slice(x, begin + [0] * len(rest), size + rest)
         return out if len(kept) == len(keys) else tf.reshape(out, kept + rest)

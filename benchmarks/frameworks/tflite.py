@@ -32,7 +32,7 @@ def _convert(build, send):
         xp = tf_adapter.namespace(tf, relu=lambda x: tf.maximum(x, 0.0))
         out = [tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], f).convert()
                for f in build(tf, xp)]
-    except Exception as e:  # noqa: BLE001  (the worker reports it)
+    except Exception as e:  # whatever it is, the worker reports it
         traceback.print_exc()
         ops = sorted(set(re.findall(r"^\s*tf\.(\w+)\(", str(e), re.M)))
         return send.send(("skip", f"no TFLite built-in kernel for {', '.join(ops)}") if ops else
@@ -72,13 +72,16 @@ class Program:
     def set(self, name, a):
         self.it.set_tensor(self.inputs[name], a)
 
+    def get(self, name):
+        return self.it.get_tensor(self.inputs[name])
+
     def output(self, i):
         return self.it.get_tensor(self.outputs[i])
 
-    def feed_back(self, pairs):
-        """invoke(), then copy output i into input `name` for each (name, i): one copy per tensor."""
+    def invoke(self, copies=()):
+        """Run, then copy output i into input `name` for each (name, i) in copies: one copy each."""
         self.it.invoke()
-        for name, i in pairs:
+        for name, i in copies:
             if self.inputs[name] != self.outputs[i]:  # a trivial step returns its input tensor itself
                 self.it.set_tensor(self.inputs[name], self.it.tensor(self.outputs[i])())
 
@@ -104,7 +107,7 @@ class TFLite:
 
         def call(program):
             program.set("x", x0)
-            program.feed_back(())
+            program.invoke()
         return Bench(lambda: call(step), lambda: {"value": step.output(0), "grad": step.output(1)},
                      lambda: call(trivial))
 
@@ -132,7 +135,6 @@ class TFLite:
         feedback = [(n, i + 1) for i, n in enumerate(names[:len(p0)])]
 
         def read():
-            state = {"loss": step.output(0), "p": unflatten(params, [step.it.get_tensor(step.inputs[n])
-                                                                      for n, _ in feedback])}
+            state = {"loss": step.output(0), "p": unflatten(params, [step.get(n) for n, _ in feedback])}
             return read_state(state, np.array)
-        return Bench(lambda: step.feed_back(feedback), read, lambda: trivial.feed_back(feedback))
+        return Bench(lambda: step.invoke(feedback), read, lambda: trivial.invoke(feedback))
