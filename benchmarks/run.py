@@ -219,9 +219,11 @@ def main(argv=None):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     started, revision = time.time(), measure.git_revision(ROOT)
     with tempfile.TemporaryDirectory(prefix="burjit-bench-cache-") as cache:
-        # empty compilation caches: "compile" is a cold compile for burjit and torch.compile alike
+        # empty compilation caches: "compile" is a cold compile for burjit and torch.compile alike,
+        # and for mlx.compile, which keeps its kernels under $TMPDIR/mlx (so does the workers' other litter)
         env["BURJIT_CACHE_DIR"] = os.path.join(cache, "burjit")
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "torchinductor")
+        env["TMPDIR"] = cache
         rows = run_all(names, chosen, dtypes, opts, env, log_dir)
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
