@@ -11,8 +11,11 @@ TFLite programs are: the new parameters it outputs are copied back into its inpu
 invoke; the batch is set once, like the other frameworks' device-resident batches.
 """
 
+import ctypes
 import multiprocessing
+import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -24,8 +27,19 @@ from . import tf as tf_adapter
 from .common import Bench, Skip, leaves, read_state, unflatten, version
 
 
-def _convert(build, send):
+def _die_with(parent):
+    """The runner kills a worker that outlives its time limit: its converter must not linger on."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the worker died before prctl
+        os._exit(1)
+
+
+def _convert(build, send, parent):
     """In the child: build(tf, xp) -> tf.functions with input signatures; send their flatbuffers."""
+    _die_with(parent)
     t = time.perf_counter()
     try:
         tf = tf_adapter.load()
@@ -46,7 +60,7 @@ def converted(build):
     """The TFLite flatbuffers of the tf.functions that build(tf, xp) returns, made in a forked child."""
     ctx = multiprocessing.get_context("fork")
     receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_convert, args=(build, send))
+    child = ctx.Process(target=_convert, args=(build, send, os.getpid()))
     child.start()
     send.close()
     try:
