@@ -10,7 +10,7 @@ worker process that runs it.
 The namespace `xp`: relu exp log tanh sqrt softplus, sum/mean/max(x, axis, keepdims),
 softmax(x, axis), where(numpy_bool_mask, a, fill), transpose(x, axes), reshape(x, shape),
 cross_entropy(logits_2d, int_targets_1d), unstack(vector) -> list of scalars; models also use
-the operators + - * / ** @ and basic indexing.
+the operators + - * / ** @, basic indexing and integer-array indexing (an embedding lookup).
 """
 
 from .autograd import Autograd
