@@ -81,11 +81,12 @@ def label(name, case):
 
 def cache_env(env, cache):
     """`env` with every framework's compilation cache in the directory `cache` (JAX's persistent
-    cache switched on for every compile, however quick, so a warm start can use it)."""
+    cache switched on for every compile, however quick, so a warm start can use it; mlx.compile
+    keeps its kernels under $TMPDIR/mlx, so TMPDIR is there too, with TensorFlow's litter)."""
     return {**env, "BURJIT_CACHE_DIR": os.path.join(cache, "burjit"),
             "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "torchinductor"),
             "JAX_COMPILATION_CACHE_DIR": os.path.join(cache, "jax"),
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "TMPDIR": cache}
 
 
 def start(spec, env, log_path, timeout):

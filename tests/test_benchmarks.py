@@ -7,6 +7,7 @@ computes the right numbers is the subject of its own tests (and of every benchma
 """
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not installed: a plain `pytest`
-from benchmarks import check, report, run, workloads  # noqa: E402
+from benchmarks import check, frameworks, report, run, workloads  # noqa: E402
+from benchmarks.frameworks.common import leaves, unflatten  # noqa: E402
 from benchmarks.workloads import expression  # noqa: E402
 
 TINY = ["--quick", "--only", "expression", "--rounds", "1", "--round-time", "0.001"]
@@ -105,3 +107,23 @@ def test_summary_names_the_fastest_peer_and_burjits_failures():
     first, second = report.summary(rows)
     assert "fastest peer jax 2 us: 2x" in first and "burjit-ref" not in first
     assert "burjit timeout (60 s)" in second
+
+
+def test_every_default_framework_has_an_adapter():
+    for name in frameworks.DEFAULT:
+        fw = frameworks.FRAMEWORKS[name]
+        assert fw.name == name and fw.dtypes and all(callable(getattr(fw, m)) for m in ("load", "grad", "sgd"))
+
+
+def test_the_adapters_import_no_framework_until_loaded():
+    """A worker imports only its own framework: tflite's row must not carry TensorFlow's memory."""
+    heavy = ("torch", "jax", "tensorflow", "ai_edge_litert", "mlx", "tinygrad", "autograd", "micrograd")
+    code = f"import sys, benchmarks.frameworks; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_leaves_and_unflatten_round_trip_a_pytree():
+    tree = {"b": [1, (2, 3)], "a": 4}
+    assert unflatten(tree, [10 * x for x in leaves(tree)]) == {"b": [10, (20, 30)], "a": 40}

@@ -1,7 +1,7 @@
 """The workloads, each a module with `make(case, dtype) -> Grad | Train` and `cases(quick)`.
 
 A workload's model is written once against a framework's numpy-like namespace `xp` (see
-benchmarks/frameworks.py) with the operators; every framework then runs the same numbers.
+benchmarks/frameworks/) with the operators; every framework then runs the same numbers.
 A module may also list `SKIP` (framework -> why not), `EXTRA` (frameworks run only here),
 `EXPECTED` (published check values that every framework must reproduce), `DTYPES` (the dtypes
 it runs in unless --dtype says otherwise; default float64), `LARGE` (cases run only with
