@@ -416,6 +416,7 @@ def test_invalid_arguments_raise_numpys_error_at_the_users_line(fn, error, match
     (lambda x: F.reshape(x, (3, -1)), lambda x: np.reshape(x, (3, -1))),
     (lambda x: F.mean(x[:, :0]), lambda x: np.float64("nan")),
     (lambda x: F.mean(x[:0], axis=0), lambda x: np.full(3, np.nan)),
+    (lambda x: F.cross_entropy(x[:0], np.zeros(0, np.int64)), lambda x: np.float64("nan")),
     (lambda x: F.softmax(x[:, :0]), lambda x: x[:, :0]),
     (lambda x: F.log_softmax(x[:0], axis=0), lambda x: x[:0]),
     (lambda x: F.logsumexp(x[:, :0]), lambda x: np.full(2, -np.inf)),
