@@ -9,6 +9,7 @@ Registers the "native" backend, which becomes the default of @burjit.compile. Th
   matmul.py    register-blocked, vectorised matrix product
   emitter.py   the scalar emitter of primitives' `scalar` lowerings; mathfns.py its exp/log/log1p/tanh
   engine.py    host target machine, O3, object code, MCJIT;  cache.py the object code on disk
+  forked.py    the compile server: LLVM's optimiser in a forked process, its memory kept out of ours
   abi.py       the object layouts the fast entry reads;  types.py LLVM types per dtype
 """
 

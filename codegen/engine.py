@@ -1,14 +1,18 @@
 """The host CPU as an LLVM target: optimise IR at O3, emit object code, load it into MCJIT.
 
 Compilation and loading are separate steps so the disk cache can store the object bytes in
-between. One target machine serves the whole process; its identity (triple, CPU, features)
-is part of every cache key.
+between, and so compilation can run in the compile server (forked.py). One target machine
+serves the whole process; its identity (triple, CPU, features) is part of every cache key.
+Every LLVM call here holds forked.LOCK, so the server is never forked mid-call.
 """
 
 import functools
 
 import llvmlite
 import llvmlite.binding as llvm
+
+from . import forked
+from .forked import LOCK
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,29 +54,44 @@ def vector_bytes():
 
 
 def parse(ir_text):
-    target_machine()
-    module = llvm.parse_assembly(ir_text)
-    module.verify()
-    return module
+    with LOCK:
+        target_machine()
+        module = llvm.parse_assembly(ir_text)
+        module.verify()
+        return module
 
 
 def optimise(module):
     """Run the new pass manager's O3 pipeline (vectorisers on) for the host CPU, in place."""
-    tm = target_machine()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(module, pb)
-    return module
+    with LOCK:
+        tm = target_machine()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(module, pb)
+        return module
 
 
 def emit_object(module):
-    return target_machine().emit_object(module)
+    with LOCK:
+        return target_machine().emit_object(module)
 
 
 def emit_assembly(module):
-    return target_machine().emit_assembly(module)
+    with LOCK:
+        return target_machine().emit_assembly(module)
+
+
+def _optimised_object(ir_text):
+    return emit_object(optimise(parse(ir_text)))
+
+
+def compile_object(ir_text):
+    """Object code for the host from raw IR text, optimised at O3: in a forked child where that
+    is available (forked.py), so the optimiser's memory never joins this process's."""
+    target_machine()  # made once here, so every child inherits it instead of making its own
+    return forked.run(_optimised_object, ir_text) if forked.available() else _optimised_object(ir_text)
 
 
 def _header(obj):
@@ -99,10 +118,11 @@ class Loaded:
     """
 
     def __init__(self, obj, symbols):
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
-        self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        self.engine.finalize_object()
-        self.addresses = {s: self.engine.get_function_address(s) for s in symbols}
+        with LOCK:
+            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            self.engine.finalize_object()
+            self.addresses = {s: self.engine.get_function_address(s) for s in symbols}
         missing = [s for s, a in self.addresses.items() if not a]
         if missing:
             raise RuntimeError(f"symbols {missing} not found in object code")

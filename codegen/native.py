@@ -1,8 +1,8 @@
 """The native backend: graph -> one JIT-compiled function, called as a Python builtin.
 
 `build(graph)` lowers the graph (after `pipeline.prepare` fills in a default schedule and
-memory plan), compiles it at O3 for the host CPU or loads the object code from the disk cache,
-and returns a NativeExecutable. A call allocates the outputs (np.empty, or the donated input
+memory plan), compiles it at O3 for the host CPU (in the compile server, forked.py) or loads the
+object code from the disk cache, and returns a NativeExecutable. A call allocates the outputs (np.empty, or the donated input
 arrays) and makes one call of the step's METH_FASTCALL entry with the input list, the output
 list and the preallocated arena (abi.py); steps that need Python around the call (constant
 indices out of range, donated buffers to restore, unknown object layouts) take the ctypes
@@ -15,6 +15,7 @@ Environment (read at build time):
   BURJIT_POISON_ARENA=1 fill the arena with 0xFF bytes (NaN / -1) at call start and each arena
                         value's bytes just before the kernel that defines it, so a memory plan
                         that overlaps two live values gives visibly wrong results
+  BURJIT_COMPILE_IN_PROCESS=1  optimise and emit in this process, not in the compile server
   BURJIT_CACHE_DIR      where compiled object code is cached (default ~/.cache/burjit; who may
                         write it: see cache.py)
 """
@@ -48,7 +49,7 @@ class NativeExecutable:
             obj = None  # another machine's or a stranger's object code: a miss, recompiled
         self.from_cache = obj is not None
         if obj is None:
-            obj = engine.emit_object(self._module(optimized=True))
+            obj = engine.compile_object(self._emitted())
             cache.store(self.key, obj)
         self._loaded = engine.Loaded(obj, symbols)
         self._step = _STEP(self._loaded.addresses[SYMBOL])
@@ -97,11 +98,15 @@ class NativeExecutable:
         return f"an index computed in the step is out of range for an axis of size {size} ({where})"
 
     # -- inspection -----------------------------------------------------------------------------
-    def _module(self, optimized):
-        """A fresh llvmlite.binding module of the step (optimised at O3 or as emitted)."""
+    def _emitted(self):
+        """The step's LLVM IR text as lowering writes it (before optimisation)."""
         if "emitted" not in self._ir:
             self._ir["emitted"] = str(self.lowering.module(*engine.triple_and_layout()))
-        mod = engine.parse(self._ir["emitted"])
+        return self._ir["emitted"]
+
+    def _module(self, optimized):
+        """A fresh llvmlite.binding module of the step (optimised at O3 or as emitted)."""
+        mod = engine.parse(self._emitted())
         return engine.optimise(mod) if optimized else mod
 
     def llvm_ir(self, optimized=True):
