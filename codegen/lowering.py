@@ -15,6 +15,7 @@ one-element kernels (scalar graphs) are emitted straight into the step as SSA co
 """
 
 import math
+import re
 
 import numpy as np
 from llvmlite import ir
@@ -28,6 +29,7 @@ from .matmul import matmul
 from .program import Program, running_totals
 from .types import I1, I8, I32, I64, declare
 
+_METADATA = re.compile(r"!(\d+)")
 SYMBOL = "burjit_step"
 ENTRY = "burjit_entry"
 PTR = ir.PointerType()
@@ -140,6 +142,7 @@ class Lowering:
         self.mod = ir.Module(name="burjit_step")
         self.mod.triple, self.mod.data_layout = triple, data_layout
         self._globals = {}
+        self._bodies = {}  # canonical kernel text -> its function (_shared)
         fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR]), name=SYMBOL)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         argv = fn.args[0]
@@ -306,6 +309,20 @@ class Lowering:
         refs = [r for p in programs for r in p.refs()]
         self._kernel(b, name, refs, lambda kb, ptr: [p.emit(kb, ptr) for p in programs], False)
 
+    def _shared(self, fn):
+        """The kernel emitted earlier with the same body, if any (then fn is dropped), else fn.
+
+        Layers repeat kernels that differ only in the buffers they are called with, and every
+        distinct function costs O3 and emission time. Bodies compare as text, with the name and
+        the (module-wide) metadata numbers renumbered in order of use."""
+        numbers = {}
+        text = _METADATA.sub(lambda m: "!" + str(numbers.setdefault(m.group(1), len(numbers))),
+                             str(fn).replace(f'@"{fn.name}"', "@kernel", 1))
+        first = self._bodies.setdefault(text, fn)
+        if first is not fn:
+            del self.mod.globals[fn.name]
+        return first
+
     def _kernel(self, b, name, refs, body, fallible):
         """An internal function with one noalias pointer per distinct buffer, called from the step.
 
@@ -321,6 +338,7 @@ class Lowering:
         params = dict(zip(uniq, fn.args))
         body(kb, params.__getitem__)
         kb.ret(I32(0))
+        fn = self._shared(fn)
         rc = b.call(fn, [self._main_ptr(b, r) for r in uniq])
         if fallible:
             self._fail_if(b, b.icmp_unsigned("!=", rc, I32(0)), rc)
