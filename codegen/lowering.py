@@ -51,6 +51,7 @@ class Lowering:
         self.static_error = None  # an IndexError message if a constant index is out of range
         self.backup = []         # donated input positions to restore when a computed index fails
         self._checks, self._fallible = [], {}
+        self.bodies = None  # once module() ran: canonical kernel text -> its one function (_shared)
         self._classify_indices()
         self.copies, staged_end = self._final_copies()
         self.scratch = ("arg", self.arena_slot, staged_end)  # float64 running totals of a float32 sum (program.py)
@@ -142,7 +143,7 @@ class Lowering:
         self.mod = ir.Module(name="burjit_step")
         self.mod.triple, self.mod.data_layout = triple, data_layout
         self._globals = {}
-        self._bodies = {}  # canonical kernel text -> its function (_shared)
+        self.bodies = {}  # canonical kernel text -> its function (_shared)
         fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR]), name=SYMBOL)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         argv = fn.args[0]
@@ -318,7 +319,7 @@ class Lowering:
         numbers = {}
         text = _METADATA.sub(lambda m: "!" + str(numbers.setdefault(m.group(1), len(numbers))),
                              str(fn).replace(f'@"{fn.name}"', "@kernel", 1))
-        first = self._bodies.setdefault(text, fn)
+        first = self.bodies.setdefault(text, fn)
         if first is not fn:
             del self.mod.globals[fn.name]
         return first

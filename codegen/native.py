@@ -23,6 +23,7 @@ Environment (read at build time):
 import ctypes
 import os
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -48,9 +49,17 @@ class NativeExecutable:
         if obj is not None and not engine.loadable(obj, symbols):
             obj = None  # another machine's or a stranger's object code: a miss, recompiled
         self.from_cache = obj is not None
+        emit_s = compile_s = 0.0
         if obj is None:
-            obj = engine.compile_object(self._emitted())
+            t0 = time.perf_counter()
+            text = self._emitted()
+            t1 = time.perf_counter()
+            obj = engine.compile_object(text)
+            emit_s, compile_s = t1 - t0, time.perf_counter() - t1
             cache.store(self.key, obj)
+        self._stats = dict(from_cache=self.from_cache, ir_s=emit_s, llvm_s=compile_s, object_bytes=len(obj),
+                           kernels=len(graph.meta["schedule"]),
+                           kernel_functions=len(low.bodies) if low.bodies is not None else None)
         self._loaded = engine.Loaded(obj, symbols)
         self._step = _STEP(self._loaded.addresses[SYMBOL])
         self._entry = abi.Builtin(self._loaded.addresses[ENTRY], ENTRY) if low.offsets else None
@@ -119,6 +128,12 @@ class NativeExecutable:
         if "asm" not in self._ir:
             self._ir["asm"] = engine.emit_assembly(self._module(optimized=True))
         return self._ir["asm"]
+
+    def stats(self):
+        """What building the step cost: IR emission and LLVM (O3 + object code) seconds, 0 when
+        the object came from the disk cache; object bytes; kernels scheduled and the distinct
+        functions they call (None on a cache hit, where no IR is emitted)."""
+        return dict(self._stats)
 
     def memory_plan(self):
         plan, low = self.graph.meta["memory"], self.lowering

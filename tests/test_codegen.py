@@ -366,6 +366,18 @@ def test_kernels_repeated_across_layers_are_one_function():
     assert counts[3][0] == counts[2][0] and counts[3][1] > counts[2][1] + 50, counts  # a layer adds calls only
 
 
+def test_stats_report_what_the_build_cost(tmp_path, monkeypatch):
+    monkeypatch.setenv("BURJIT_CACHE_DIR", str(tmp_path))
+    model = burjit.nn.GPT(vocab_size=65, block_size=8, n_layer=2, n_head=2, d_model=8)
+    p, idx = model.init(0), np.zeros((2, 8), np.int64)
+    built, cached = (burjit.compile(lambda p, i: burjit.value_and_grad(model.loss)(p, i, i)).stats(p, idx)
+                     for _ in range(2))
+    assert not built["from_cache"] and built["ir_s"] > 0 and built["llvm_s"] > 0 and built["object_bytes"] > 0
+    assert 0 < built["kernel_functions"] < built["kernels"]
+    assert cached["from_cache"] and cached["llvm_s"] == 0 and cached["kernel_functions"] is None
+    assert cached["object_bytes"] == built["object_bytes"]
+
+
 def test_a_changed_shape_or_dtype_is_another_kernel():
     a, wide, single = np.linspace(-1, 1, 12).reshape(3, 4), np.ones((5, 4)), np.ones((3, 4), np.float32)
     step = burjit.compile(lambda a, b, c, d: [F.tanh(x) * 2.0 for x in (a, b, c, d)])
