@@ -70,6 +70,8 @@ def _rewrite(g, n):
     if xs and all(g[x]["op"] in _CONST_SOURCES for x in xs):
         _fold(g, n)
         return None
+    if op == "where" and g[xs[0]]["op"] == "const":  # e.g. pow's `y == 0` guard for a literal y
+        return xs[1] if g[xs[0]]["attrs"]["value"] else xs[2]
     if op == "neg" and g[xs[0]]["op"] == "neg":
         return g.operands(xs[0])[0]
     if op in ("add", "sub", "mul", "div"):

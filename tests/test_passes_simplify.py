@@ -26,6 +26,12 @@ def test_neutral_elements_and_identities_disappear():
     assert _ops(out) == ["add", "add", "const", "mul"]  # x + 0*sg(x) + x: the 0 * x stays (NaN-safe)
 
 
+def test_where_on_a_constant_condition_picks_its_operand():
+    out = _simplified(lambda x: (F.where(np.float64(3.0) == 0.0, x * 2.0, x * 3.0),
+                                 F.where(F.ones_like(x, "bool"), -x, x)), np.arange(3.0))
+    assert _ops(out) == ["const", "mul", "neg"]
+
+
 def test_signed_zeros_stay_apart():
     """x + 0.0 is +0.0 at x = -0.0, so it stays; int zeros are neutral; 0.0 and -0.0 are two constants."""
     x = np.array([-0.0, 1.0])
