@@ -83,6 +83,7 @@ def cache_env(env, cache):
     """`env` with every framework's compilation cache in the directory `cache` (JAX's persistent
     cache switched on for every compile, however quick, so a warm start can use it; mlx.compile
     keeps its kernels under $TMPDIR/mlx, so TMPDIR is there too, with TensorFlow's litter)."""
+    os.makedirs(cache, exist_ok=True)  # TMPDIR must exist (mlx fails on a missing one)
     return {**env, "BURJIT_CACHE_DIR": os.path.join(cache, "burjit"),
             "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "torchinductor"),
             "JAX_COMPILATION_CACHE_DIR": os.path.join(cache, "jax"),
