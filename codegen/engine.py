@@ -3,7 +3,7 @@
 Compilation and loading are separate steps so the disk cache can store the object bytes in
 between, and so compilation can run in the compile server (forked.py). One target machine
 serves the whole process; its identity (triple, CPU, features) is part of every cache key.
-Every LLVM call here holds forked.LOCK, so the server is never forked mid-call.
+Parsing, optimising, emitting and loading hold forked.LOCK, so the server is never forked mid-call.
 """
 
 import functools

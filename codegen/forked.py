@@ -10,8 +10,8 @@ is then given back), and the next job forks a fresh one. A fork of this process 
 multiprocessing) gets a server of its own.
 
 Used on Linux only (fork without exec is unsafe on macOS) and not with BURJIT_COMPILE_IN_PROCESS=1.
-A fork copies no other thread, only the locks they hold; engine.py holds LOCK around every LLVM
-call it makes in this process and the fork happens under LOCK, so no thread is inside LLVM then.
+A fork copies no other thread, only the locks they hold; engine.py holds LOCK while it parses,
+optimises, emits or loads code and the fork happens under LOCK, so no thread is inside LLVM then.
 """
 
 import os
