@@ -1,14 +1,15 @@
 """The native backend: graph -> one JIT-compiled function, called as a Python builtin.
 
 `build(graph)` lowers the graph (after `pipeline.prepare` fills in a default schedule and
-memory plan), compiles it at O3 for the host CPU (in the compile server, forked.py) or loads the
-object code from the disk cache, and returns a NativeExecutable. A call allocates the outputs (np.empty, or the donated input
-arrays) and makes one call of the step's METH_FASTCALL entry with the input list, the output
-list and the preallocated arena (abi.py); steps that need Python around the call (constant
-indices out of range, donated buffers to restore, unknown object layouts) take the ctypes
-path of _CheckedExecutable. Threads sharing a step (and its arena) run it one at a time: the
-lean call is one builtin that holds the GIL, the checked path holds the executable's lock. The executable trusts the front door (jit.py) to pass C-contiguous arrays of
-the traced shapes and dtypes, in input order.
+memory plan), compiles it at O3 for the host CPU (in the compile server, forked.py) or loads
+the object code from the disk cache, and returns a NativeExecutable. A call allocates the
+outputs (np.empty, or the donated input arrays) and makes one call of the step's METH_FASTCALL
+entry with the input list, the output list and the preallocated arena (abi.py); steps that
+need Python around the call (constant indices out of range, donated buffers to restore,
+unknown object layouts) take the ctypes path of _CheckedExecutable. Threads sharing a step
+(and its arena) run it one at a time: the lean call is one builtin that holds the GIL, the
+checked path holds the executable's lock. The executable trusts the front door (jit.py) to
+pass C-contiguous arrays of the traced shapes and dtypes, in input order.
 
 Environment (read at build time):
   BURJIT_DUMP_DIR       write <key>.ll, <key>.opt.ll and <key>.s for every step built
