@@ -1,12 +1,13 @@
-"""The host CPU as an LLVM target: optimise IR at O3, emit object code, load it into MCJIT.
+"""The host CPU as an LLVM target: optimise IR, emit object code, link objects in MCJIT.
 
-Compilation and loading are separate steps so the disk cache can store the object bytes in
-between, and so compilation can run in the compile server (forked.py). One target machine
+Compilation and loading are separate steps so the disk caches can store the object bytes in
+between, and so compilation can run in the compile servers (forked.py), several modules at once. One target machine
 serves the whole process; its identity (triple, CPU, features) is part of every cache key.
 Parsing, optimising, emitting and loading hold forked.LOCK, so the server is never forked mid-call.
 """
 
 import functools
+import time
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -61,16 +62,24 @@ def parse(ir_text):
         return module
 
 
-def optimise(module):
-    """Run the new pass manager's O3 pipeline (vectorisers on) for the host CPU, in place."""
+def optimise(module, level=3):
+    """Run the new pass manager's O`level` pipeline (vectorisers on) for the host CPU, in place."""
     with LOCK:
         tm = target_machine()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto = llvm.create_pipeline_tuning_options(speed_level=level)
         pto.loop_vectorization = True
         pto.slp_vectorization = True
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(module, pb)
         return module
+
+
+def link(modules):
+    """The first module with the others linked into it (they are consumed)."""
+    with LOCK:
+        for mod in modules[1:]:
+            modules[0].link_in(mod)
+        return modules[0]
 
 
 def emit_object(module):
@@ -83,15 +92,27 @@ def emit_assembly(module):
         return target_machine().emit_assembly(module)
 
 
-def _optimised_object(ir_text):
-    return emit_object(optimise(parse(ir_text)))
+def _optimised_object(ir_text, level=3):
+    return emit_object(optimise(parse(ir_text), level))
 
 
-def compile_object(ir_text):
-    """Object code for the host from raw IR text, optimised at O3: in a forked child where that
-    is available (forked.py), so the optimiser's memory never joins this process's."""
+def compile_objects(jobs):
+    """[(object code, seconds)] for [(raw IR text, optimisation level)]: in forked compile servers,
+    as many at once as there are cores, where they are available (forked.py), so the optimiser's
+    memory never joins this process's; else one after another here."""
     target_machine()  # made once here, so every child inherits it instead of making its own
-    return forked.run(_optimised_object, ir_text) if forked.available() else _optimised_object(ir_text)
+    if forked.available():
+        return forked.run_all(_optimised_object, jobs)
+    out = []
+    for job in jobs:
+        t0 = time.perf_counter()
+        out.append((_optimised_object(*job), time.perf_counter() - t0))
+    return out
+
+
+def compile_object(ir_text, level=3):
+    """Object code for the host from raw IR text (compile_objects of one module)."""
+    return compile_objects([(ir_text, level)])[0][0]
 
 
 def _header(obj):
@@ -112,15 +133,17 @@ def loadable(obj, symbols):
 
 
 class Loaded:
-    """Object code linked into its own MCJIT engine; keeps the engine (and the code) alive.
+    """Object files linked into one MCJIT engine (calls between them resolve by symbol name);
+    keeps the engine (and the code) alive.
 
     An engine owns the target machine it is given (and frees it with itself), so each gets its own.
     """
 
-    def __init__(self, obj, symbols):
+    def __init__(self, objects, symbols):
         with LOCK:
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
-            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            for obj in objects:
+                self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
             self.addresses = {s: self.engine.get_function_address(s) for s in symbols}
         missing = [s for s, a in self.addresses.items() if not a]

@@ -1,25 +1,30 @@
-"""Compile jobs in a forked compile server, so LLVM's memory stays out of the training process.
+"""Compile jobs in forked compile servers, so LLVM's memory stays out of the training process.
 
 LLVM's compile-time memory (tens to hundreds of MB for a GPT step, and ~100 KB per module that
-the O3 pass pipeline never gives back) lives in the server instead of the caller, and a crash
-inside LLVM becomes an exception here instead of the end of the process. The server is this
-process forked once (a few ms, no interpreter start), so it already holds llvmlite, the target
-machine and every job function; it then answers jobs over a pipe at in-process speed. It retires
-after a job that left it holding more than RETIRE_BYTES of its own memory, or after RETIRE_JOBS jobs (what LLVM keeps
-is then given back), and the next job forks a fresh one. A fork of this process (e.g. by
-multiprocessing) gets a server of its own.
+the O3 pass pipeline never gives back) lives in the servers instead of the caller, and a crash
+inside LLVM becomes an exception here instead of the end of the process. A server is this
+process forked (a few ms, no interpreter start), so it already holds llvmlite, the target
+machine and every job function; it then answers jobs over a pipe at in-process speed. `run_all`
+keeps up to WORKERS servers busy at once (one per core), so independent kernels compile in
+parallel; each job's result depends on its arguments alone, so the output is the same in any
+order. A server retires after a job that left it holding more than RETIRE_BYTES of its own
+memory, or after RETIRE_JOBS jobs (what LLVM keeps is then given back), and the next job forks
+a fresh one. A fork of this process (e.g. by multiprocessing) gets servers of its own.
 
 Used on Linux only (fork without exec is unsafe on macOS) and not with BURJIT_COMPILE_IN_PROCESS=1.
 A fork copies no other thread, only the locks they hold; engine.py holds LOCK while it parses,
 optimises, emits or loads code and the fork happens under LOCK, so no thread is inside LLVM then.
+BURJIT_COMPILE_WORKERS sets how many servers work at once (default: the CPUs this process may use).
 """
 
 import os
 import pickle
+import select
 import signal
 import struct
 import sys
 import threading
+import time
 import traceback
 
 LOCK = threading.RLock()
@@ -27,47 +32,90 @@ RETIRE_BYTES = 256 << 20
 RETIRE_JOBS = 500
 _HEAD = struct.Struct("<BBQ")  # status (0 ok, 1 error), retiring, payload length
 
-_server = None  # (owner pid, server pid, request fd, reply fd)
+_servers = []  # idle servers, each (owner pid, server pid, request fd, reply fd)
 
 
 def available():
     return sys.platform.startswith("linux") and os.environ.get("BURJIT_COMPILE_IN_PROCESS") != "1"
 
 
+def workers():
+    n = os.environ.get("BURJIT_COMPILE_WORKERS")
+    return max(1, int(n)) if n else len(os.sched_getaffinity(0))
+
+
 def run(job, *args):
-    """job(*args) -> bytes, computed by the compile server; its exception or crash raises RuntimeError."""
-    global _server
-    request = pickle.dumps((job, args))
+    """job(*args) -> bytes, computed by a compile server; its exception or crash raises RuntimeError."""
+    return run_all(job, [args])[0][0]
+
+
+def run_all(job, arglists):
+    """[(job(*args), seconds) for args in arglists], the jobs spread over up to workers() servers.
+
+    The first job that fails (an exception or a crash in its server) raises RuntimeError once
+    every job has answered; seconds is each job's wall time, pipe included."""
+    results, failure = [None] * len(arglists), None
     with LOCK:
-        if _server is not None and _server[0] != os.getpid():
-            _stop(reap=False)  # inherited from the process we were forked from: its server, not ours
-        if _server is None:
-            _server = _start()
+        _forget_inherited()
+        todo, busy = list(range(len(arglists)))[::-1], {}  # reply fd -> (server, job index, start)
         try:
-            _write(_server[2], struct.pack("<Q", len(request)) + request)
-            status, retiring, size = _HEAD.unpack(_read(_server[3], _HEAD.size))
-            payload = _read(_server[3], size)
-        except (OSError, EOFError):
-            code = _stop(reap=True)
-            why = f"of {signal.Signals(os.WTERMSIG(code)).name}" if os.WIFSIGNALED(code) else "unexpectedly"
-            raise RuntimeError(f"the compiler process died {why}") from None
-        except BaseException:  # e.g. Ctrl-C mid-reply: the pipe is out of step, so this server goes
-            _stop(reap=False)
+            while todo or busy:
+                while todo and len(busy) < workers():
+                    server = _servers.pop() if _servers else _start(busy)
+                    i = todo.pop()
+                    request = pickle.dumps((job, arglists[i]))
+                    busy[server[3]] = (server, i, time.perf_counter())
+                    _write(server[2], struct.pack("<Q", len(request)) + request)
+                for fd in select.select(list(busy), [], [])[0]:
+                    server, i, t0 = busy.pop(fd)
+                    ok, payload = _answer(server)
+                    results[i] = (payload, time.perf_counter() - t0)
+                    if not ok and failure is None:
+                        failure = payload
+        except BaseException:  # e.g. Ctrl-C mid-reply: those pipes are out of step, so their servers go
+            for server, _, _ in busy.values():
+                _stop(server, reap=False)
             raise
-        if retiring:
-            _stop(reap=True)
+    if failure is not None:
+        raise RuntimeError(failure)
+    return results
+
+
+def _answer(server):
+    """(ok, payload or error message) of the job `server` is working on; keeps it if it stays."""
+    try:
+        status, retiring, size = _HEAD.unpack(_read(server[3], _HEAD.size))
+        payload = _read(server[3], size)
+    except (OSError, EOFError):
+        code = _stop(server, reap=True)
+        why = f"of {signal.Signals(os.WTERMSIG(code)).name}" if os.WIFSIGNALED(code) else "unexpectedly"
+        return False, f"the compiler process died {why}"
+    if retiring:
+        _stop(server, reap=True)
+    else:
+        _servers.append(server)
     if status:
-        raise RuntimeError("the compiler process failed:\n" + payload.decode(errors="replace"))
-    return payload
+        return False, "the compiler process failed:\n" + payload.decode(errors="replace")
+    return True, payload
 
 
-def _start():
+def _forget_inherited():
+    """Servers inherited from the process we were forked from are its, not ours: close our copies."""
+    for server in [s for s in _servers if s[0] != os.getpid()]:
+        _servers.remove(server)
+        _stop(server, reap=False)
+
+
+def _start(busy):
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
-    pid = os.fork()  # under LOCK (run holds it)
+    pid = os.fork()  # under LOCK (run_all holds it)
     if pid == 0:
         code = 1
         try:
+            for other in _servers + [s for s, _, _ in busy.values()]:
+                os.close(other[2])  # another server's pipe ends: held here, it would never see EOF
+                os.close(other[3])
             os.close(req_w)
             os.close(rep_r)
             _serve(req_r, rep_w)
@@ -97,11 +145,17 @@ def _serve(requests, replies):
             return
 
 
-def _stop(reap):
-    """Close the pipes to the server (it exits on their end); reap=True waits for it, giving its status."""
-    global _server
-    _, pid, out, back = _server
-    _server = None
+def stop_all():
+    """Stop every idle server of this process (they exit on the end of their pipes)."""
+    with LOCK:
+        _forget_inherited()
+        while _servers:
+            _stop(_servers.pop(), reap=True)
+
+
+def _stop(server, reap):
+    """Close the pipes to a server (it exits on their end); reap=True waits for it, giving its status."""
+    _, pid, out, back = server
     os.close(out)
     os.close(back)
     return os.waitpid(pid, 0)[1] if reap else None

@@ -9,13 +9,21 @@ range) before anything a caller can see was written:
   * constant index operands (const, iota, literal) are checked once at build (`static_error`);
   * computed index operands are checked by their kernel as it runs; the executable then
     restores the donated buffers listed in `backup` (those the plan updates in place).
-Each kernel with loops is an internal function whose pointer parameters are `noalias` (the
-plan never overlaps two values live in one kernel), which is what lets LLVM vectorise it;
-one-element kernels (scalar graphs) are emitted straight into the step as SSA code.
+Each distinct kernel with loops is a function in a module of its own (`kernels`: symbol -> IR
+text), called from the step with buffer pointers, so kernels compile apart, in parallel, and
+are cached one by one (native.py); its pointer parameters are `noalias` (the plan never overlaps
+two values live in one kernel), which is what lets LLVM vectorise it. A kernel's identity is what
+its code depends on (its programs' ops, shapes, dtypes and index forms; buffers as parameter
+positions, never arena offsets), so repeated layers, batch sizes sharing a shape and other steps
+of the process share one function, its IR built once. BURJIT_CHECK_KERNELS=1 builds the IR of
+every call anyway and fails if two calls of one identity would emit different code (the test
+suite runs so). One-element kernels (scalar graphs) are emitted straight into the step as SSA code.
 """
 
+import hashlib
 import math
-import re
+import os
+from collections import Counter
 
 import numpy as np
 from llvmlite import ir
@@ -29,7 +37,6 @@ from .matmul import matmul
 from .program import Program, running_totals
 from .types import I1, I8, I32, I64, declare
 
-_METADATA = re.compile(r"!(\d+)")
 SYMBOL = "burjit_step"
 ENTRY = "burjit_entry"
 PTR = ir.PointerType()
@@ -51,7 +58,7 @@ class Lowering:
         self.static_error = None  # an IndexError message if a constant index is out of range
         self.backup = []         # donated input positions to restore when a computed index fails
         self._checks, self._fallible = [], {}
-        self.bodies = None  # once module() ran: canonical kernel text -> its one function (_shared)
+        self.kernels = self.calls = None  # once module() ran: symbol -> IR text; symbol -> calls
         self._classify_indices()
         self.copies, staged_end = self._final_copies()
         self.scratch = ("arg", self.arena_slot, staged_end)  # float64 running totals of a float32 sum (program.py)
@@ -142,8 +149,9 @@ class Lowering:
     def module(self, triple="", data_layout=""):
         self.mod = ir.Module(name="burjit_step")
         self.mod.triple, self.mod.data_layout = triple, data_layout
-        self._globals = {}
-        self.bodies = {}  # canonical kernel text -> its function (_shared)
+        self._globals, self._target = {}, (triple, data_layout)
+        self.kernels, self.calls = {}, Counter()
+        self._check = os.environ.get("BURJIT_CHECK_KERNELS") == "1"
         fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR]), name=SYMBOL)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         argv = fn.args[0]
@@ -161,7 +169,7 @@ class Lowering:
             if src is None:
                 p = Program(self, self.graph[n]["shape"])
                 p.store(dst, self.graph[n]["dtype"], p.value(n))
-                self._run(b, f"fill_arg{dst[1]}", [p])  # one per destination: outputs may repeat a node
+                self._run(b, [p])  # one per destination: outputs may repeat a node
             else:
                 self._memcpy(b, self._main_ptr(b, dst), self._main_ptr(b, src), self.graph.nbytes(n))
         b.ret(I32(0))
@@ -272,14 +280,14 @@ class Lowering:
                 if n != r:
                     p.store(self.ref(n), g[n]["dtype"], p.value(n))
             p.reduce(r, p.value(x))
-            self._run(b, f"k{gi}", [p])
+            self._run(b, [p])
         elif kind == "matmul":
             x, y = g.operands(head)
             batch = math.prod(a["shape"][:-2])
             M, N, K = a["shape"][-2], a["shape"][-1], g[x]["shape"][-1]
             refs = [self.ref(x), self.ref(y), self.ref(head)]
-            self._kernel(b, f"k{gi}", refs, lambda kb, ptr: matmul(kb, [ptr(r) for r in refs], a["dtype"],
-                                                                     batch, M, K, N), False)
+            self._kernel(b, refs, lambda kb, ptr: matmul(kb, [ptr(r) for r in refs], a["dtype"], batch, M, K, N),
+                         False, lambda slot: ("matmul", a["dtype"], batch, M, K, N, tuple(map(slot, refs))))
         elif kind in ("gather", "scatter"):
             data, idx = g.operands(head)
             refs = [self.ref(data), self.ref(idx), self.ref(head)]
@@ -288,58 +296,75 @@ class Lowering:
             size = g[data]["shape"][0] if kind == "gather" else a["attrs"]["n"]
             emit = kernels.take if kind == "gather" else kernels.scatter_add
             code = self._fallible.get(head)
-            self._kernel(b, f"k{gi}", refs, lambda kb, ptr: emit(
+            self._kernel(b, refs, lambda kb, ptr: emit(
                 kb, [ptr(r) for r in refs], a["dtype"], g[idx]["dtype"], count, row_len, size,
-                None if code is None else (lambda cb, cond: self._fail_if(cb, cond, code))), code is not None)
+                None if code is None else (lambda cb, cond: self._fail_if(cb, cond, code))), code is not None,
+                lambda slot: (kind, a["dtype"], g[idx]["dtype"], count, row_len, size, code, tuple(map(slot, refs))))
         elif a["op"] == "pad":
-            self._run(b, f"k{gi}", kernels.pad_programs(self, head))
+            self._run(b, kernels.pad_programs(self, head))
         elif a["op"] == "concatenate":
-            self._run(b, f"k{gi}", kernels.concatenate_programs(self, head))
+            self._run(b, kernels.concatenate_programs(self, head))
         else:
             p = Program(self, a["shape"], group)
             for n in located:
                 p.store(self.ref(n), g[n]["dtype"], p.value(n))
-            self._run(b, f"k{gi}", [p])
+            self._run(b, [p])
 
-    def _run(self, b, name, programs):
+    def _run(self, b, programs):
         """Emit Programs: inline when each is one element (straight-line code), else as a kernel."""
         if all(math.prod(p.domain) <= 1 for p in programs):
             for p in programs:
                 p.emit(b, lambda r: self._main_ptr(b, r))
             return
         refs = [r for p in programs for r in p.refs()]
-        self._kernel(b, name, refs, lambda kb, ptr: [p.emit(kb, ptr) for p in programs], False)
+        self._kernel(b, refs, lambda kb, ptr: [p.emit(kb, ptr) for p in programs], False,
+                     lambda slot: ("programs", tuple(p.signature(slot) for p in programs)))
 
-    def _shared(self, fn):
-        """The kernel emitted earlier with the same body, if any (then fn is dropped), else fn.
+    def _kernel(self, b, refs, body, fallible, describe):
+        """Call the kernel body(builder, ptr) over one noalias pointer per distinct buffer of `refs`.
 
-        Layers repeat kernels that differ only in the buffers they are called with, and every
-        distinct function costs O3 and emission time. Bodies compare as text, with the name and
-        the (module-wide) metadata numbers renumbered in order of use."""
-        numbers = {}
-        text = _METADATA.sub(lambda m: "!" + str(numbers.setdefault(m.group(1), len(numbers))),
-                             str(fn).replace(f'@"{fn.name}"', "@kernel", 1))
-        first = self.bodies.setdefault(text, fn)
-        if first is not fn:
-            del self.mod.globals[fn.name]
-        return first
-
-    def _kernel(self, b, name, refs, body, fallible):
-        """An internal function with one noalias pointer per distinct buffer, called from the step.
-
+        describe(slot) -> the kernel's identity, given each buffer's parameter position slot(ref):
+        calls of one identity share one function, whose IR is built on the first call alone.
         Kernels stay out of line: inlining hundreds of vectorised loop nests into the step
-        doubles O3 time (GPT test model: 9 s -> 4.6 s first call) for no measurable gain."""
+        doubled O3 time (GPT test model: 9 s -> 4.6 s first call) for no measurable gain."""
         uniq = list(dict.fromkeys(refs))
-        fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR] * len(uniq)), name=name)
-        fn.linkage = "internal"
-        fn.attributes.add("noinline")
+        slots = {r: k for k, r in enumerate(uniq)}
+        identity = (describe(slots.__getitem__), self._target)
+        known = _KNOWN.get(identity)
+        if known is None or self._check:
+            built = self._kernel_module(len(uniq), lambda kb, params: body(kb, dict(zip(uniq, params)).__getitem__))
+            if known is not None and known != built:
+                raise AssertionError(f"kernel identity {identity!r} stands for two different kernels")
+            known = _remember(identity, built)
+        symbol, text = known
+        self.kernels[symbol] = text
+        self.calls[symbol] += 1
+        rc = b.call(declare(self.mod, symbol, I32, [PTR] * len(uniq)), [self._main_ptr(b, r) for r in uniq])
+        if fallible:
+            self._fail_if(b, b.icmp_unsigned("!=", rc, I32(0)), rc)
+
+    def _kernel_module(self, n_params, body):
+        """(symbol, IR text) of a module holding one kernel `i32 symbol(ptr noalias x n_params)`;
+        the symbol is named for a hash of the text, so equal code is one symbol everywhere."""
+        mod = ir.Module(name="kernel")
+        mod.triple, mod.data_layout = self._target
+        fn = ir.Function(mod, ir.FunctionType(I32, [PTR] * n_params), name="kernel")
         for arg in fn.args:
             arg.add_attribute("noalias")
         kb = ir.IRBuilder(fn.append_basic_block("entry"))
-        params = dict(zip(uniq, fn.args))
-        body(kb, params.__getitem__)
+        body(kb, fn.args)
         kb.ret(I32(0))
-        fn = self._shared(fn)
-        rc = b.call(fn, [self._main_ptr(b, r) for r in uniq])
-        if fallible:
-            self._fail_if(b, b.icmp_unsigned("!=", rc, I32(0)), rc)
+        text = str(mod)
+        symbol = "burjit_k" + hashlib.sha256(text.encode()).hexdigest()[:32]
+        return symbol, text.replace('@"kernel"', f'@"{symbol}"', 1)
+
+
+_KNOWN = {}  # kernel identity -> (symbol, IR text), for every step this process lowers
+_KNOWN_MAX = 4096
+
+
+def _remember(identity, built):
+    """Keep identity -> built (the oldest entries go past _KNOWN_MAX, so memory stays bounded)."""
+    if len(_KNOWN) >= _KNOWN_MAX:
+        del _KNOWN[next(iter(_KNOWN))]
+    return _KNOWN.setdefault(identity, built)

@@ -32,7 +32,7 @@ import numpy as np
 
 from burjit.passes import pipeline
 
-from . import abi, cache, engine
+from . import abi, cache, engine, objects
 from .lowering import ENTRY, SYMBOL, Lowering
 
 _STEP = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)  # holds the GIL: calls share one arena
@@ -46,22 +46,24 @@ class NativeExecutable:
         self.key = cache.key(_key_parts(graph, low))
         self._ir = {}
         symbols = (SYMBOL, ENTRY) if low.offsets else (SYMBOL,)
-        obj = cache.load(self.key)
-        if obj is not None and not engine.loadable(obj, symbols):
-            obj = None  # another machine's or a stranger's object code: a miss, recompiled
-        self.from_cache = obj is not None
-        emit_s = compile_s = 0.0
-        if obj is None:
+        found = objects.cached_step(self.key, symbols)
+        self.from_cache = found is not None
+        emit_s = llvm_s = 0.0
+        if found is None:
             t0 = time.perf_counter()
             text = self._emitted()
-            t1 = time.perf_counter()
-            obj = engine.compile_object(text)
-            emit_s, compile_s = t1 - t0, time.perf_counter() - t1
-            cache.store(self.key, obj)
-        self._stats = dict(from_cache=self.from_cache, ir_s=emit_s, llvm_s=compile_s, object_bytes=len(obj),
-                           kernels=len(graph.meta["schedule"]),
-                           kernel_functions=len(low.bodies) if low.bodies is not None else None)
-        self._loaded = engine.Loaded(obj, symbols)
+            emit_s = time.perf_counter() - t0
+            driver, kernels, llvm_s = objects.build_step(self.key, text, low.kernels, low.calls)
+        else:
+            driver, kernels = found
+        self._loaded = engine.Loaded([driver] + [k.pop("object") for k in kernels], symbols)
+        for k in kernels:
+            del k["key"]
+        self._kernels = kernels
+        self._stats = dict(from_cache=self.from_cache, ir_s=emit_s, llvm_s=llvm_s,
+                           object_bytes=len(driver) + sum(k["object_bytes"] for k in kernels),
+                           kernels=len(graph.meta["schedule"]), kernel_functions=len(kernels),
+                           kernels_compiled=sum(k["source"] == "compiled" for k in kernels))
         self._step = _STEP(self._loaded.addresses[SYMBOL])
         self._entry = abi.Builtin(self._loaded.addresses[ENTRY], ENTRY) if low.offsets else None
         if os.environ.get("BURJIT_DUMP_DIR"):
@@ -115,9 +117,15 @@ class NativeExecutable:
         return self._ir["emitted"]
 
     def _module(self, optimized):
-        """A fresh llvmlite.binding module of the step (optimised at O3 or as emitted)."""
-        mod = engine.parse(self._emitted())
-        return engine.optimise(mod) if optimized else mod
+        """One llvmlite.binding module of the whole step: the driver and its kernels, each
+        optimised as it is compiled (or as emitted), linked together."""
+        parts = [(self._emitted(), objects.DRIVER_LEVEL)]
+        parts += [(text, objects.KERNEL_LEVEL) for text in self.lowering.kernels.values()]
+        mods = [engine.parse(text) for text, _ in parts]
+        if optimized:
+            for mod, (_, level) in zip(mods, parts):
+                engine.optimise(mod, level)
+        return engine.link(mods)
 
     def llvm_ir(self, optimized=True):
         name = "opt" if optimized else "raw"
@@ -131,10 +139,11 @@ class NativeExecutable:
         return self._ir["asm"]
 
     def stats(self):
-        """What building the step cost: IR emission and LLVM (O3 + object code) seconds, 0 when
-        the object came from the disk cache; object bytes; kernels scheduled and the distinct
-        functions they call (None on a cache hit, where no IR is emitted)."""
-        return dict(self._stats)
+        """What building the step cost: IR emission and LLVM wall seconds (0 on a step cache hit),
+        object bytes, kernels scheduled, the distinct kernel functions they call and how many of
+        those were compiled for this step; under "per_kernel", each function's symbol, calls,
+        object bytes, compile seconds and source ("compiled", or cached in "memory" or on "disk")."""
+        return dict(self._stats, per_kernel=[dict(k) for k in self._kernels])
 
     def memory_plan(self):
         plan, low = self.graph.meta["memory"], self.lowering

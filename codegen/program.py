@@ -9,6 +9,8 @@ the reduction touch memory. A domain of one element emits straight-line code.
 import functools
 import math
 
+import numpy as np
+
 from burjit import primitives as P
 
 from . import loops
@@ -93,6 +95,28 @@ class Program:
         self.accumulates = _updates(self.domain, axes)[0] > 1
         self.wide, self.steps, scratch = running_totals(self.g, node)
         self.scratch = self.ctx.scratch if scratch else None
+
+    def signature(self, slot):
+        """Everything emit() reads, with each buffer as slot(ref), its kernel parameter position:
+        programs with equal signatures emit equal code (lowering.py shares one function)."""
+        g = self.g
+
+        def entry(ent):
+            if ent[0] == "load":
+                return ("load", slot(ent[1])) + ent[2:]
+            if ent[0] == "op":
+                a = g[ent[1]]
+                return ("op", a["op"], repr(sorted(a["attrs"].items())), tuple(ent[2]))
+            if ent[0] == "const":
+                return ("const", ent[1], _bits(ent[1], ent[2]))
+            return ent
+        reduction = None
+        if self.reduction:
+            ref, dtype, affine, op, at = self.reduction
+            reduction = (slot(ref), dtype, affine, op, at, self.reduction_size, self.accumulates, self.wide,
+                         self.steps, self.scratch and slot(self.scratch))
+        return (self.domain, tuple(map(entry, self.entries)),
+                tuple((slot(s[0]),) + s[1:] for s in self.stores), reduction)
 
     def refs(self):
         found = [e[1] for e in self.entries if e[0] == "load"] + [s[0] for s in self.stores]
@@ -247,6 +271,11 @@ def _in_blocks(b, n, size, body, carried):
     if full:
         carried = loops.nest(b, [full], lambda j, c: body(b.mul(j[0], I64(size)), size, c), carried)
     return body(I64(full * size), rest, carried) if rest else carried
+
+
+def _bits(dtype, value):
+    """A constant as the bytes it has in its dtype (so -0.0 and 0.0, or NaN payloads, differ)."""
+    return np.asarray(value, dtype=dtype).tobytes()
 
 
 def _identity(op, dtype):

@@ -10,6 +10,9 @@ settings.register_profile("default", max_examples=25, deadline=None, derandomize
 settings.register_profile("thorough", max_examples=300, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+# Every test checks that kernels sharing an identity (codegen/lowering.py) would emit the same code.
+os.environ.setdefault("BURJIT_CHECK_KERNELS", "1")
+
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request):

@@ -1,5 +1,5 @@
-"""The compile server (codegen/forked.py): same object code as compiling in process, failures
-as exceptions, retirement, and a server per process."""
+"""The compile servers (codegen/forked.py): same object code as compiling in process, serially
+or in parallel; failures as exceptions; retirement; servers per process."""
 
 import multiprocessing
 import os
@@ -24,32 +24,64 @@ def _fails():
     raise ValueError("no such kernel")
 
 
+def _fails_on(fail):
+    if fail:
+        raise ValueError("no such kernel")
+    return b"ok"
+
+
 def _dies():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _server_pid():
-    return forked._server[1] if forked._server else None
+def _server_pids():
+    return {s[1] for s in forked._servers}
 
 
 def _stop_server():
-    with forked.LOCK:
-        if forked._server:
-            forked._stop(reap=True)
+    forked.stop_all()
 
 
 def test_server_compiles_the_same_object_code_as_this_process():
     ir = _ir()
     assert engine.compile_object(ir) == engine._optimised_object(ir)
-    assert _server_pid() is not None and _server_pid() != os.getpid()
+    assert _server_pids() and os.getpid() not in _server_pids()
+
+
+def _kernel_texts():
+    step = burjit.compile(burjit.value_and_grad(lambda x, w: F.sum(F.tanh(x @ w) * F.exp(w[0]))))
+    exe = step.lower(np.ones((4, 3)), np.ones((3, 2))).executable
+    exe._emitted()  # the kernels' IR exists once the step's is emitted (not on a cache hit before)
+    return list(exe.lowering.kernels.values())
+
+
+def test_parallel_compiles_give_the_objects_of_serial_ones_in_order(monkeypatch):
+    texts = _kernel_texts()
+    assert len(texts) >= 3
+    monkeypatch.setenv("BURJIT_COMPILE_WORKERS", "2")
+    _stop_server()
+    jobs = [(t, 2) for t in texts] * 2
+    got = engine.compile_objects(jobs)
+    assert len(_server_pids()) == 2  # both worked
+    assert [obj for obj, _ in got] == [engine._optimised_object(*job) for job in jobs]
+    assert all(seconds > 0 for _, seconds in got)
+
+
+def test_a_failing_job_among_others_raises_and_the_servers_stay_usable(monkeypatch):
+    monkeypatch.setenv("BURJIT_COMPILE_WORKERS", "2")
+    ir = _ir()
+    with pytest.raises(RuntimeError, match="ValueError: no such kernel"):
+        forked.run_all(_fails_on, [(False,), (True,), (False,), (False,)])
+    assert engine.compile_object(ir) == engine._optimised_object(ir)
 
 
 def test_a_failing_or_dying_job_raises_and_the_next_job_compiles():
+    _stop_server()
     with pytest.raises(RuntimeError, match="ValueError: no such kernel"):
         forked.run(_fails)
     with pytest.raises(RuntimeError, match="died of SIGKILL"):
         forked.run(_dies)
-    assert forked._server is None  # the dead one is reaped, the next job starts another
+    assert not _server_pids()  # the dead one is reaped, the next job starts another
     ir = _ir()
     assert engine.compile_object(ir) == engine._optimised_object(ir)
 
@@ -59,18 +91,18 @@ def test_server_retires_after_its_job_limit(monkeypatch):
     _stop_server()
     ir = _ir()
     forked.run(engine._optimised_object, ir)
-    first = _server_pid()
+    first = _server_pids()
     forked.run(engine._optimised_object, ir)
-    assert forked._server is None  # retired with its second answer
+    assert not _server_pids()  # retired with its second answer
     forked.run(engine._optimised_object, ir)
-    assert _server_pid() not in (None, first)
+    assert _server_pids() and not _server_pids() & first
     _stop_server()  # it was forked with the lowered limit
 
 
 def _compile_in_child(queue, cache):
     os.environ["BURJIT_CACHE_DIR"] = cache  # empty: the step really compiles here
     step = burjit.compile(lambda x: F.exp(x) * 7.0)
-    queue.put((step(np.zeros(3)).tolist(), forked._server[0] == os.getpid()))
+    queue.put((step(np.zeros(3)).tolist(), {s[0] for s in forked._servers} == {os.getpid()}))
 
 
 def test_a_forked_process_gets_a_server_of_its_own(tmp_path):
@@ -82,7 +114,7 @@ def test_a_forked_process_gets_a_server_of_its_own(tmp_path):
     got = queue.get(timeout=60)
     p.join(60)
     assert got == ([7.0, 7.0, 7.0], True) and p.exitcode == 0
-    assert forked._server[0] == os.getpid()  # ours is untouched and still answers
+    assert {s[0] for s in forked._servers} == {os.getpid()}  # ours are untouched and still answer
     engine.compile_object(_ir())
 
 
@@ -91,4 +123,4 @@ def test_in_process_compiles_start_no_server(monkeypatch, tmp_path):
     monkeypatch.setenv("BURJIT_CACHE_DIR", str(tmp_path))
     _stop_server()
     assert burjit.compile(lambda x: x * 5.0)(np.ones(2)).tolist() == [5.0, 5.0]
-    assert forked._server is None
+    assert not forked._servers

@@ -11,7 +11,8 @@ import pytest
 
 import burjit
 from burjit import ops as F
-from burjit.codegen import NativeExecutable, build, cache, engine
+from burjit.codegen import NativeExecutable, build, cache, engine, lowering, objects
+from burjit.codegen.program import Program
 from burjit.passes import pipeline
 
 
@@ -85,6 +86,69 @@ def test_cache_key_covers_plan_and_poison(tmp_path, monkeypatch):
     monkeypatch.setenv("BURJIT_POISON_ARENA", "1")
     keys.add(build(planned).key)
     assert len(keys) == 3
+
+
+def _kernel_sources(step):
+    return {k["symbol"]: k["source"] for k in step.stats()["per_kernel"]}
+
+
+def test_kernels_are_cached_one_by_one_across_steps_and_programs(tmp_path, monkeypatch):
+    monkeypatch.setenv("BURJIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(objects, "_MEMORY", {})
+    x = np.linspace(-1, 1, 50)
+    first = _kernel_sources(build(_graph(lambda x: F.tanh(x) * 3.0, x)))
+    assert set(first.values()) == {"compiled"}
+    for program, source in ((lambda x: (F.tanh(x) * 3.0, F.exp(x) - x), "memory"),  # another program
+                            (lambda x: (F.tanh(x) * 3.0, F.sqrt(F.abs(x))), "disk")):
+        if source == "disk":
+            monkeypatch.setattr(objects, "_MEMORY", {})  # as in a new process: the disk alone
+        step = build(_graph(program, x))
+        sources = _kernel_sources(step)
+        assert {sources[k] for k in first} == {source}
+        assert step.stats()["kernels_compiled"] == len(sources) - len(first) > 0
+    tanh3, _ = step([x])
+    np.testing.assert_allclose(tanh3, np.tanh(x) * 3.0, rtol=1e-14)
+
+
+def test_a_corrupt_kernel_entry_is_recompiled(tmp_path, monkeypatch):
+    monkeypatch.setenv("BURJIT_CACHE_DIR", str(tmp_path))
+    x = np.linspace(-1, 1, 50)
+    g = _graph(lambda x: (F.tanh(x) * 3.0, F.exp(x) - x), x)
+    built = build(g)
+    built._emitted()
+    texts = list(built.lowering.kernels.values())
+    assert len(texts) >= 2
+    for i, text in enumerate(texts):
+        damage = (lambda b: b[:-1] + bytes([b[-1] ^ 1])) if i % 2 else (lambda b: b[:40])
+        p = cache.path(objects.kernel_key(text))
+        p.write_bytes(damage(p.read_bytes()))
+    monkeypatch.setattr(objects, "_MEMORY", {})
+    again = build(g)  # its step entry names kernels that are gone: a miss
+    assert not again.from_cache and set(_kernel_sources(again).values()) == {"compiled"}
+    tanh3, expx = again([x])
+    np.testing.assert_allclose(tanh3, np.tanh(x) * 3.0, rtol=1e-14)
+    np.testing.assert_allclose(expx, np.exp(x) - x, rtol=1e-14)
+    monkeypatch.setattr(objects, "_MEMORY", {})
+    assert build(g).from_cache  # the kernels were rewritten whole
+
+
+def test_a_step_entry_that_is_not_ours_is_a_miss(tmp_path, monkeypatch):
+    monkeypatch.setenv("BURJIT_CACHE_DIR", str(tmp_path))
+    g = _graph(lambda x: F.tanh(x) * 3.0, np.ones(9))
+    k = build(g).key
+    for junk in (b'[["a", "b"]]\n', b'{"a": 1}\n', b"[1]\n", b"[]"):
+        cache.store(k, junk)
+        assert not build(g).from_cache
+    assert build(g).from_cache
+
+
+def test_kernel_identity_check_catches_two_kernels_under_one_identity(monkeypatch):
+    """BURJIT_CHECK_KERNELS=1 (the suite's setting) builds every call's IR and compares."""
+    monkeypatch.setenv("BURJIT_CHECK_KERNELS", "1")
+    monkeypatch.setattr(lowering, "_KNOWN", {})
+    monkeypatch.setattr(Program, "signature", lambda self, slot: "one identity for every program")
+    with pytest.raises(AssertionError, match="stands for two different kernels"):
+        build(_graph(lambda a, b: (F.exp(a), F.tanh(b)), np.ones(8), np.ones(8)))
 
 
 # -- index errors: raise before anything a caller can see is written ------------------------------

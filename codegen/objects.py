@@ -1,0 +1,98 @@
+"""Where a step's object code comes from: this process's memory, the disk cache, or the compiler.
+
+A native step is a driver object (the step function and its entry) plus one object per
+distinct kernel (lowering.py). Kernel objects are cached one by one, keyed by their IR text with
+the host and the code generator's sources (cache.key), so steps, batch sizes and programs that
+share a kernel compile it once. The step's own entry holds the driver's object code and its
+kernels' keys, so a warm step loads without building any IR. What is missing is compiled in
+one batch, spread over the compile servers (engine.compile_objects). A corrupt or foreign kernel
+entry is a miss, recompiled; a step entry whose kernels are gone is a step miss.
+"""
+
+import json
+import time
+
+from . import cache, engine
+
+DRIVER_LEVEL = 1  # the step itself is calls and argv loads: O1 emits the same calls, in less time
+KERNEL_LEVEL = 2  # measured on BurTorch's GPT: O3 took 35% longer than O2 and ran no faster
+_MEMORY = {}  # kernel key -> object code, for every step this process builds
+_MEMORY_BYTES = 32 << 20
+_held = 0
+
+
+def kernel_key(text):
+    return cache.key(("kernel", text, engine.host_identity()))
+
+
+def cached_step(key, symbols):
+    """(driver object, [kernel report]) of the step stored under key, or None on a miss.
+
+    Each report is {symbol, calls, object_bytes, compile_s, source} plus its object under "object"."""
+    entry = cache.load(key)
+    if entry is None:
+        return None
+    head, _, driver = entry.partition(b"\n")
+    try:
+        kernels = [(str(symbol), str(k), int(calls)) for symbol, k, calls in json.loads(head)]
+    except (ValueError, TypeError):  # not an entry this code wrote
+        return None
+    if not engine.loadable(driver, symbols):
+        return None
+    reports = []
+    for symbol, k, calls in kernels:
+        obj, source = _cached_kernel(k, symbol)
+        if obj is None:
+            return None
+        reports.append(dict(symbol=symbol, calls=calls, object_bytes=len(obj), compile_s=0.0, source=source, key=k,
+                            object=obj))
+    return driver, reports
+
+
+def build_step(key, driver_text, kernels, calls):
+    """Compile the driver and every kernel (symbol -> IR text) no cache holds; store the step.
+
+    Returns (driver object, [kernel report]) as cached_step does, and the LLVM wall seconds."""
+    reports, todo = [], [(driver_text, DRIVER_LEVEL)]
+    for symbol, text in kernels.items():
+        k = kernel_key(text)
+        obj, source = _cached_kernel(k, symbol)
+        reports.append(dict(symbol=symbol, calls=calls[symbol], object_bytes=0, compile_s=0.0, source=source, key=k,
+                            object=obj))
+        if obj is None:
+            todo.append((text, KERNEL_LEVEL))
+        elif source == "memory" and not cache.path(k).exists():
+            cache.store(k, obj)  # compiled under another cache directory: the step entry needs it here
+    missing = [r for r in reports if r["object"] is None]
+    t0 = time.perf_counter()
+    (driver, _), *built = engine.compile_objects(todo)
+    llvm_s = time.perf_counter() - t0
+    for r, (obj, seconds) in zip(missing, built):
+        r.update(object=obj, compile_s=seconds, source="compiled")
+        cache.store(r["key"], obj)
+        _remember(r["key"], obj)
+    for r in reports:
+        r["object_bytes"] = len(r["object"])
+    cache.store(key, json.dumps([[r["symbol"], r["key"], r["calls"]] for r in reports]).encode() + b"\n" + driver)
+    return driver, reports, llvm_s
+
+
+def _cached_kernel(k, symbol):
+    """(object, "memory" | "disk") of kernel key k, or (None, None)."""
+    obj = _MEMORY.get(k)
+    if obj is not None:
+        return obj, "memory"
+    obj = cache.load(k)
+    if obj is None or not engine.loadable(obj, (symbol,)):
+        return None, None
+    _remember(k, obj)
+    return obj, "disk"
+
+
+def _remember(k, obj):
+    """Keep a kernel's object in memory, dropping the oldest past _MEMORY_BYTES."""
+    global _held
+    _MEMORY[k] = obj
+    _held += len(obj)
+    while _held > _MEMORY_BYTES:
+        _held -= len(_MEMORY.pop(next(iter(_MEMORY))))
