@@ -17,16 +17,17 @@ from .forked import LOCK
 
 
 @functools.lru_cache(maxsize=None)
-def target_machine():
-    """The process-wide target machine for optimising and emitting code."""
-    return new_target_machine()
+def target_machine(codegen=3):
+    """The process-wide target machine for optimising and emitting code at codegen level `codegen`
+    (instruction selection and register allocation: 0 is fast, for code that is not hot)."""
+    return new_target_machine(codegen)
 
 
-def new_target_machine():
+def new_target_machine(codegen=3):
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host_features(), opt=3,
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host_features(), opt=codegen,
                                         codemodel="jitdefault")
 
 
@@ -82,9 +83,9 @@ def link(modules):
         return modules[0]
 
 
-def emit_object(module):
+def emit_object(module, codegen=3):
     with LOCK:
-        return target_machine().emit_object(module)
+        return target_machine(codegen).emit_object(module)
 
 
 def emit_assembly(module):
@@ -92,27 +93,50 @@ def emit_assembly(module):
         return target_machine().emit_assembly(module)
 
 
-def _optimised_object(ir_text, level=3):
-    return emit_object(optimise(parse(ir_text), level))
+def _optimised_object(ir_text, level=3, codegen=3):
+    return emit_object(optimise(parse(ir_text), level), codegen)
+
+
+def compiling(codegen_levels=(3,)):
+    """A batch of compile jobs: `submit(raw IR text, optimisation level, codegen level)`, then
+    `results()` -> [(object code, seconds)] in order. In forked compile servers, as many at once
+    as there are cores, where they are available (forked.py), so the optimiser's memory never
+    joins this process's and the caller goes on while they work; else each job here, at submit.
+    Use it as a context manager; `codegen_levels` are the levels its jobs use."""
+    for codegen in codegen_levels:
+        target_machine(codegen)  # made once here, so every server inherits them instead of making its own
+    return forked.Batch(_optimised_object) if forked.available() else _InProcess()
+
+
+class _InProcess:
+    def __init__(self):
+        self.answers = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def submit(self, *job):
+        t0 = time.perf_counter()
+        self.answers.append((_optimised_object(*job), time.perf_counter() - t0))
+
+    def results(self):
+        return self.answers
 
 
 def compile_objects(jobs):
-    """[(object code, seconds)] for [(raw IR text, optimisation level)]: in forked compile servers,
-    as many at once as there are cores, where they are available (forked.py), so the optimiser's
-    memory never joins this process's; else one after another here."""
-    target_machine()  # made once here, so every child inherits it instead of making its own
-    if forked.available():
-        return forked.run_all(_optimised_object, jobs)
-    out = []
-    for job in jobs:
-        t0 = time.perf_counter()
-        out.append((_optimised_object(*job), time.perf_counter() - t0))
-    return out
+    """[(object code, seconds)] for [(raw IR text, optimisation level, codegen level)] (compiling)."""
+    with compiling({codegen for *_, codegen in jobs}) as batch:
+        for job in jobs:
+            batch.submit(*job)
+        return batch.results()
 
 
-def compile_object(ir_text, level=3):
+def compile_object(ir_text, level=3, codegen=3):
     """Object code for the host from raw IR text (compile_objects of one module)."""
-    return compile_objects([(ir_text, level)])[0][0]
+    return compile_objects([(ir_text, level, codegen)])[0][0]
 
 
 def _header(obj):

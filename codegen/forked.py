@@ -4,8 +4,8 @@ LLVM's compile-time memory (tens to hundreds of MB for a GPT step, and ~100 KB p
 the O3 pass pipeline never gives back) lives in the servers instead of the caller, and a crash
 inside LLVM becomes an exception here instead of the end of the process. A server is this
 process forked (a few ms, no interpreter start), so it already holds llvmlite, the target
-machine and every job function; it then answers jobs over a pipe at in-process speed. `run_all`
-keeps up to WORKERS servers busy at once (one per core), so independent kernels compile in
+machine and every job function; it then answers jobs over a pipe at in-process speed. A `Batch`
+keeps up to workers() servers busy at once (one per core), so independent kernels compile in
 parallel; each job's result depends on its arguments alone, so the output is the same in any
 order. A server retires after a job that left it holding more than RETIRE_BYTES of its own
 memory, or after RETIRE_JOBS jobs (what LLVM keeps is then given back), and the next job forks
@@ -17,6 +17,7 @@ optimises, emits or loads code and the fork happens under LOCK, so no thread is 
 BURJIT_COMPILE_WORKERS sets how many servers work at once (default: the CPUs this process may use).
 """
 
+import collections
 import os
 import pickle
 import select
@@ -50,35 +51,72 @@ def run(job, *args):
 
 
 def run_all(job, arglists):
-    """[(job(*args), seconds) for args in arglists], the jobs spread over up to workers() servers.
+    """[(job(*args), seconds) for args in arglists], the jobs spread over up to workers() servers."""
+    with Batch(job) as batch:
+        for args in arglists:
+            batch.submit(*args)
+        return batch.results()
 
-    The first job that fails (an exception or a crash in its server) raises RuntimeError once
-    every job has answered; seconds is each job's wall time, pipe included."""
-    results, failure = [None] * len(arglists), None
-    with LOCK:
+
+class Batch:
+    """Calls of one job function handed to the compile servers as they come: `submit` sends each
+    to an idle server (forking one while fewer than workers() work) and returns at once, so the
+    caller goes on (emitting the next kernel's IR) while they compile; `results` waits for all.
+
+    A context manager that holds LOCK throughout. Leaving it with answers still owed (an
+    exception meanwhile, e.g. Ctrl-C) kills the servers that owe them: their pipes are out of step.
+    """
+
+    def __init__(self, job):
+        self.job, self.args, self.answers = job, [], []
+        self.todo, self.busy, self.failure = collections.deque(), {}, None  # busy: reply fd -> (server, i, start)
+
+    def __enter__(self):
+        LOCK.acquire()
         _forget_inherited()
-        todo, busy = list(range(len(arglists)))[::-1], {}  # reply fd -> (server, job index, start)
+        return self
+
+    def __exit__(self, *exc):
         try:
-            while todo or busy:
-                while todo and len(busy) < workers():
-                    server = _servers.pop() if _servers else _start(busy)
-                    i = todo.pop()
-                    request = pickle.dumps((job, arglists[i]))
-                    busy[server[3]] = (server, i, time.perf_counter())
-                    _write(server[2], struct.pack("<Q", len(request)) + request)
-                for fd in select.select(list(busy), [], [])[0]:
-                    server, i, t0 = busy.pop(fd)
-                    ok, payload = _answer(server)
-                    results[i] = (payload, time.perf_counter() - t0)
-                    if not ok and failure is None:
-                        failure = payload
-        except BaseException:  # e.g. Ctrl-C mid-reply: those pipes are out of step, so their servers go
-            for server, _, _ in busy.values():
-                _stop(server, reap=False)
-            raise
-    if failure is not None:
-        raise RuntimeError(failure)
-    return results
+            for server, _, _ in self.busy.values():
+                os.kill(server[1], signal.SIGKILL)  # its answer would never be read
+                _stop(server, reap=True)
+            self.busy.clear()
+        finally:
+            LOCK.release()
+
+    def submit(self, *args):
+        self.todo.append(len(self.args))
+        self.args.append(args)
+        self.answers.append(None)
+        self._pump(wait=False)
+
+    def results(self):
+        """[(job(*args), seconds)] in submission order; seconds is each job's wall time, pipe included.
+
+        The first job that failed (an exception or a crash in its server) raises RuntimeError,
+        once every job has answered."""
+        while self.todo or self.busy:
+            self._pump(wait=True)
+        if self.failure is not None:
+            raise RuntimeError(self.failure)
+        return self.answers
+
+    def _pump(self, wait):
+        """Send queued jobs to free servers, then read the answers that are ready (waiting for one if asked)."""
+        while self.todo and len(self.busy) < workers():
+            server = _servers.pop() if _servers else _start(self.busy)
+            i = self.todo.popleft()
+            request = pickle.dumps((self.job, self.args[i]))
+            self.busy[server[3]] = (server, i, time.perf_counter())
+            _write(server[2], struct.pack("<Q", len(request)) + request)
+        if self.busy:
+            for fd in select.select(list(self.busy), [], [], None if wait else 0)[0]:
+                server, i, t0 = self.busy.pop(fd)
+                ok, payload = _answer(server)
+                self.answers[i] = (payload, time.perf_counter() - t0)
+                if not ok and self.failure is None:
+                    self.failure = payload
 
 
 def _answer(server):

@@ -146,8 +146,11 @@ class Lowering:
         return [tuple(c) for c in copies], offset
 
     # -- emission -------------------------------------------------------------------------------
-    def module(self, triple="", data_layout=""):
+    def module(self, triple="", data_layout="", on_kernel=None):
+        """The step's module; on_kernel(symbol, IR text) is called for each distinct kernel as
+        soon as it exists (native.py starts compiling it then)."""
         self.mod = ir.Module(name="burjit_step")
+        self._on_kernel = on_kernel
         self.mod.triple, self.mod.data_layout = triple, data_layout
         self._globals, self._target = {}, (triple, data_layout)
         self.kernels, self.calls = {}, Counter()
@@ -337,7 +340,10 @@ class Lowering:
                 raise AssertionError(f"kernel identity {identity!r} stands for two different kernels")
             known = _remember(identity, built)
         symbol, text = known
-        self.kernels[symbol] = text
+        if symbol not in self.kernels:
+            self.kernels[symbol] = text
+            if self._on_kernel:
+                self._on_kernel(symbol, text)
         self.calls[symbol] += 1
         rc = b.call(declare(self.mod, symbol, I32, [PTR] * len(uniq)), [self._main_ptr(b, r) for r in uniq])
         if fallible:

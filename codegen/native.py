@@ -50,10 +50,12 @@ class NativeExecutable:
         self.from_cache = found is not None
         emit_s = llvm_s = 0.0
         if found is None:
-            t0 = time.perf_counter()
-            text = self._emitted()
-            emit_s = time.perf_counter() - t0
-            driver, kernels, llvm_s = objects.build_step(self.key, text, low.kernels, low.calls)
+            with objects.StepBuild() as build:
+                t0 = time.perf_counter()
+                text = self._emitted(build.kernel)
+                t1 = time.perf_counter()
+                driver, kernels = build.finish(self.key, text, low.calls)
+            emit_s, llvm_s = t1 - t0, time.perf_counter() - t1
         else:
             driver, kernels = found
         self._loaded = engine.Loaded([driver] + [k.pop("object") for k in kernels], symbols)
@@ -110,20 +112,21 @@ class NativeExecutable:
         return f"an index computed in the step is out of range for an axis of size {size} ({where})"
 
     # -- inspection -----------------------------------------------------------------------------
-    def _emitted(self):
-        """The step's LLVM IR text as lowering writes it (before optimisation)."""
+    def _emitted(self, on_kernel=None):
+        """The step's LLVM IR text as lowering writes it (before optimisation); on_kernel(symbol,
+        IR text) is told of each distinct kernel as it is emitted."""
         if "emitted" not in self._ir:
-            self._ir["emitted"] = str(self.lowering.module(*engine.triple_and_layout()))
+            self._ir["emitted"] = str(self.lowering.module(*engine.triple_and_layout(), on_kernel=on_kernel))
         return self._ir["emitted"]
 
     def _module(self, optimized):
         """One llvmlite.binding module of the whole step: the driver and its kernels, each
         optimised as it is compiled (or as emitted), linked together."""
-        parts = [(self._emitted(), objects.DRIVER_LEVEL)]
-        parts += [(text, objects.KERNEL_LEVEL) for text in self.lowering.kernels.values()]
+        parts = [(self._emitted(), objects.DRIVER)]
+        parts += [(text, objects.KERNEL) for text in self.lowering.kernels.values()]
         mods = [engine.parse(text) for text, _ in parts]
         if optimized:
-            for mod, (_, level) in zip(mods, parts):
+            for mod, (_, (level, _)) in zip(mods, parts):
                 engine.optimise(mod, level)
         return engine.link(mods)
 
@@ -139,7 +142,8 @@ class NativeExecutable:
         return self._ir["asm"]
 
     def stats(self):
-        """What building the step cost: IR emission and LLVM wall seconds (0 on a step cache hit),
+        """What building the step cost: seconds emitting IR (kernels compile meanwhile) and then
+        waiting for LLVM (both 0 on a step cache hit),
         object bytes, kernels scheduled, the distinct kernel functions they call and how many of
         those were compiled for this step; under "per_kernel", each function's symbol, calls,
         object bytes, compile seconds and source ("compiled", or cached in "memory" or on "disk")."""

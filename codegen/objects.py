@@ -10,12 +10,11 @@ entry is a miss, recompiled; a step entry whose kernels are gone is a step miss.
 """
 
 import json
-import time
 
 from . import cache, engine
 
-DRIVER_LEVEL = 1  # the step itself is calls and argv loads: O1 emits the same calls, in less time
-KERNEL_LEVEL = 2  # measured on BurTorch's GPT: O3 took 35% longer than O2 and ran no faster
+DRIVER = (1, 0)  # (optimisation, codegen level) of the step itself: calls, argv loads, straight-line code
+KERNEL = (2, 3)  # measured on BurTorch's GPT: O3 took 35% longer than O2 and ran no faster
 _MEMORY = {}  # kernel key -> object code, for every step this process builds
 _MEMORY_BYTES = 32 << 20
 _held = 0
@@ -49,32 +48,44 @@ def cached_step(key, symbols):
     return driver, reports
 
 
-def build_step(key, driver_text, kernels, calls):
-    """Compile the driver and every kernel (symbol -> IR text) no cache holds; store the step.
+class StepBuild:
+    """Object code for a step whose IR is being emitted: `kernel` takes each distinct kernel as
+    lowering emits it and sends the ones no cache holds to the compile servers at once, so they
+    compile while the rest of the step is emitted; `finish` adds the driver and stores the step.
+    A context manager (engine.compiling's)."""
 
-    Returns (driver object, [kernel report]) as cached_step does, and the LLVM wall seconds."""
-    reports, todo = [], [(driver_text, DRIVER_LEVEL)]
-    for symbol, text in kernels.items():
+    def __init__(self):
+        self.batch = engine.compiling({DRIVER[1], KERNEL[1]})
+        self.reports = []
+
+    def __enter__(self):
+        self.batch.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.batch.__exit__(*exc)
+
+    def kernel(self, symbol, text):
         k = kernel_key(text)
         obj, source = _cached_kernel(k, symbol)
-        reports.append(dict(symbol=symbol, calls=calls[symbol], object_bytes=0, compile_s=0.0, source=source, key=k,
-                            object=obj))
+        self.reports.append(dict(symbol=symbol, object_bytes=0, compile_s=0.0, source=source, key=k, object=obj))
         if obj is None:
-            todo.append((text, KERNEL_LEVEL))
+            self.batch.submit(text, *KERNEL)
         elif source == "memory" and not cache.path(k).exists():
             cache.store(k, obj)  # compiled under another cache directory: the step entry needs it here
-    missing = [r for r in reports if r["object"] is None]
-    t0 = time.perf_counter()
-    (driver, _), *built = engine.compile_objects(todo)
-    llvm_s = time.perf_counter() - t0
-    for r, (obj, seconds) in zip(missing, built):
-        r.update(object=obj, compile_s=seconds, source="compiled")
-        cache.store(r["key"], obj)
-        _remember(r["key"], obj)
-    for r in reports:
-        r["object_bytes"] = len(r["object"])
-    cache.store(key, json.dumps([[r["symbol"], r["key"], r["calls"]] for r in reports]).encode() + b"\n" + driver)
-    return driver, reports, llvm_s
+
+    def finish(self, key, driver_text, calls):
+        """(driver object, [kernel report] as cached_step gives) once all have compiled; stores them."""
+        self.batch.submit(driver_text, *DRIVER)
+        *built, (driver, _) = self.batch.results()
+        for r, (obj, seconds) in zip([r for r in self.reports if r["object"] is None], built):
+            r.update(object=obj, compile_s=seconds, source="compiled")
+            cache.store(r["key"], obj)
+            _remember(r["key"], obj)
+        for r in self.reports:
+            r.update(object_bytes=len(r["object"]), calls=calls[r["symbol"]])
+        cache.store(key, json.dumps([[r["symbol"], r["key"], r["calls"]] for r in self.reports]).encode() + b"\n" + driver)
+        return driver, self.reports
 
 
 def _cached_kernel(k, symbol):

@@ -4,6 +4,8 @@ or in parallel; failures as exceptions; retirement; servers per process."""
 import multiprocessing
 import os
 import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -73,6 +75,26 @@ def test_a_failing_job_among_others_raises_and_the_servers_stay_usable(monkeypat
     with pytest.raises(RuntimeError, match="ValueError: no such kernel"):
         forked.run_all(_fails_on, [(False,), (True,), (False,), (False,)])
     assert engine.compile_object(ir) == engine._optimised_object(ir)
+
+
+def _sleeps(seconds):
+    time.sleep(seconds)
+    return b"slept"
+
+
+def test_leaving_a_batch_with_answers_owed_stops_those_servers_and_frees_the_lock():
+    _stop_server()
+    with pytest.raises(KeyboardInterrupt):
+        with forked.Batch(_sleeps) as batch:
+            batch.submit(30)
+            owing = _server_pids() | {s[1] for s, _, _ in batch.busy.values()}
+            raise KeyboardInterrupt
+    free = []
+    t = threading.Thread(target=lambda: free.append(forked.LOCK.acquire(timeout=5) and forked.LOCK.release() is None))
+    t.start()
+    t.join()
+    assert free == [True] and not _server_pids() & owing
+    assert forked.run(_sleeps, 0) == b"slept"
 
 
 def test_a_failing_or_dying_job_raises_and_the_next_job_compiles():
