@@ -70,7 +70,7 @@ class Lowering:
     # -- buffers --------------------------------------------------------------------------------
     def ref(self, node):
         """Where node's bytes are: ('arg', slot, byte offset) or ('global', node) for a constant."""
-        node = self._root(node)
+        node, off = self._root(node)
         loc = self.plan.location.get(node)
         if loc is None:
             if self.graph[node]["op"] in ("literal",) + _INLINE_SOURCES:
@@ -79,19 +79,19 @@ class Lowering:
                              "memory plan gives it no location")
         kind, v = loc
         if kind == "arena":
-            return ("arg", self.arena_slot, v)
-        return ("arg", v if kind == "input" else self.n_in + v, 0)
+            return ("arg", self.arena_slot, v + off)
+        return ("arg", v if kind == "input" else self.n_in + v, off)
 
     def constant_value(self, node):
         a = self.graph[node]
         return np.asarray(P.PRIMITIVES[a["op"]].ref(**a["attrs"]), dtype=a["dtype"])
 
     def _root(self, node):
-        """The node whose bytes `node` shares (itself unless it is a view)."""
+        """(node whose bytes `node` shares, byte offset into them): itself and 0 unless a view."""
         loc = self.plan.location.get(node)
-        while loc is not None and loc[0] == "view":
-            node, loc = loc[1], self.plan.location.get(loc[1])
-        return node
+        if loc is not None and loc[0] == "view":
+            return loc[1], loc[2]
+        return node, 0
 
     # -- index checks -------------------------------------------------------------------------
     def _classify_indices(self):
@@ -103,7 +103,7 @@ class Lowering:
                     continue
                 table, idx = g.operands(n)
                 size = g[table]["shape"][0] if kind == "gather" else g[n]["attrs"]["n"]
-                root = self._root(idx)
+                root = self._root(idx)[0]
                 op = g[root]["op"]
                 if op in ("literal",) + _INLINE_SOURCES:
                     values = self.constant_value(root).ravel()
@@ -117,8 +117,8 @@ class Lowering:
                 else:
                     self._fallible[n] = len(self.errors)
         if self._fallible:
-            self.backup = sorted({v for n, (kind, v) in self.plan.location.items()
-                                  if kind == "input" and g[n]["op"] != "input"})
+            self.backup = sorted({loc[1] for n, loc in self.plan.location.items()
+                                  if loc[0] == "input" and g[n]["op"] != "input"})
 
     # -- final copies ---------------------------------------------------------------------------
     def _final_copies(self):

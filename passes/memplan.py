@@ -5,8 +5,12 @@ The lowering contract (read by codegen): graph.meta["memory"] is a MemoryPlan wh
     ("arena", offset)   bytes [offset, offset + nbytes) of the one workspace arena
     ("input", k)        the caller's k-th input buffer (input nodes; donated in-place updates)
     ("output", j)       the caller's j-th output buffer, written in place
-    ("view", node)      the same bytes as `node` (a reshape of a contiguous value); `node`
-                        is never itself a view and has an arena, input or output location
+    ("view", node, off) the bytes of `node` from byte `off` on: a reshape of a contiguous value
+                        (off 0), or a slice that picks one contiguous block of it (x[i] of a
+                        row-major array); `node` is never itself a view and has an arena,
+                        input or output location. A reader through a view at off != 0 reads
+                        element i of the view at element i + off / itemsize of `node`, so it
+                        never counts as reading `node` at its own index (in-place updates, liveness)
 Nodes without a location are never materialised: values inside a fused group, and sources
 that codegen inlines (const, iota) or emits as globals (literal). After the last kernel,
 codegen copies output j from location[graph.outputs[j]] (a source output: from its value)
@@ -95,7 +99,7 @@ def reuse(graph):
     for n in values:
         root = _root(graph, plan, n)
         if root is not None:
-            plan.location[n] = ("view", root)
+            plan.location[n] = ("view",) + root
     _place_in_place(graph, plan)
     arena = [n for n in values if n not in plan.location and not _to_output(graph, plan, outs, n)]
     return _finish(graph, plan, _place(plan, _live(graph, plan, arena)))
@@ -150,17 +154,45 @@ def _readers(graph, plan, n):
     return S.value_readers(graph, n, lambda u: plan.location.get(u, ("",))[0] == "view")
 
 
+def _same_index_readers(graph, plan, n):
+    """The readers of n's bytes that read n elementwise at the index they compute: elementwise
+    nodes reading n itself or a view of it at offset 0."""
+    return {u for u in _readers(graph, plan, n) if P.PRIMITIVES[graph[u]["op"]].kind == "elementwise"
+            and not any(plan.location.get(o, ("",))[0] == "view" and plan.location[o][2]
+                        for o in graph.operands(u) if o != n)}
+
+
 # -- views and in-place updates ------------------------------------------------------------------
 
 def _root(graph, plan, n):
-    """The node whose bytes reshape n can share, or None."""
-    if graph[n]["op"] != "reshape":
+    """(node, byte offset) whose bytes n can share (a reshape, or a slice of one contiguous
+    block), or None."""
+    a = graph[n]
+    if a["op"] == "reshape":
+        off = 0
+    elif a["op"] == "slice":
+        off = _block_offset(graph[graph.operands(n)[0]]["shape"], a["attrs"])
+        if off is None:
+            return None
+        off *= np.dtype(a["dtype"]).itemsize
+    else:
         return None
     o = graph.operands(n)[0]
     loc = plan.location.get(o)
     if loc is not None and loc[0] == "view":
-        return loc[1]
-    return o if graph[o]["op"] not in S.SOURCES or graph[o]["op"] == "input" else None
+        return loc[1], loc[2] + off
+    return (o, off) if graph[o]["op"] not in S.SOURCES or graph[o]["op"] == "input" else None
+
+
+def _block_offset(shape, attrs):
+    """The element offset of a slice that picks one contiguous block of a row-major array of
+    `shape` (axes of extent 1, then one axis cut to a range, then whole axes), else None."""
+    out, starts, steps = attrs["shape"], attrs["starts"], attrs["steps"]
+    cut = max((d for d in range(len(shape)) if out[d] != shape[d]), default=0)  # the last axis cut
+    if any(out[d] != 1 for d in range(cut)) or any(o > 1 and sp != 1 for o, sp in zip(out, steps)):
+        return None
+    strides = np.cumprod((1,) + tuple(shape[:0:-1]))[::-1]
+    return int(sum(st * sd for st, sd in zip(starts, strides)))
 
 
 def _place_in_place(graph, plan):
@@ -172,9 +204,8 @@ def _place_in_place(graph, plan):
         n, old = graph.outputs[j], graph.inputs[k]
         if n not in time or n in plan.location or old in returned:
             continue  # a source, a view, placed already, or the old value is itself returned
-        w = time[n]
-        if all(time[u] < w or (time[u] == w and P.PRIMITIVES[graph[u]["op"]].kind == "elementwise")
-               for u in _readers(graph, plan, old)):
+        w, same = time[n], _same_index_readers(graph, plan, old)
+        if all(time[u] < w or (time[u] == w and u in same) for u in _readers(graph, plan, old)):
             plan.location[n] = ("input", k)
 
 
@@ -197,7 +228,8 @@ def _live(graph, plan, values):
     spans = []
     for n in values:
         first = 3 * time[n] + same_index(n)
-        reads = [3 * time[u] + 2 - same_index(u) for u in _readers(graph, plan, n)]
+        same = _same_index_readers(graph, plan, n)
+        reads = [3 * time[u] + 2 - (u in same) for u in _readers(graph, plan, n)]
         # Written throughout its kernel's loop (to 3t+1) even if nothing reads it later.
         last = end if n in returned else max(reads + [3 * time[n] + 1])
         spans.append((first, last, _align(graph.nbytes(n)), n))

@@ -74,6 +74,9 @@ def _rewrite(g, n):
         return xs[1] if g[xs[0]]["attrs"]["value"] else xs[2]
     if op == "neg" and g[xs[0]]["op"] == "neg":
         return g.operands(xs[0])[0]
+    if op == "add" and all(g[x]["op"] == "pad" for x in xs):
+        _pads_to_concatenate(g, n, xs)
+        return None
     if op in ("add", "sub", "mul", "div"):
         return _neutral(g, op, xs)
     if op in ("broadcast_to", "reshape") and g[xs[0]]["op"] == op:
@@ -88,6 +91,27 @@ def _rewrite(g, n):
         a["op"], a["attrs"] = "reshape", {"shape": a["shape"]}  # a view instead of a copy
         return _rewrite(g, n)
     return None
+
+
+def _pads_to_concatenate(g, n, pads):
+    """add(pad(a), pad(b)) -> concatenate(a, b) when a and b tile the result along one axis,
+    in place: the adjoint of x[0] and x[1] of a two-row x is one copy per row, not two zero
+    fills and an add over the whole result."""
+    parts = []
+    for x in pads:
+        at, (o,) = g[x]["attrs"], g.operands(x)
+        inner, outer = g[o]["shape"], g[x]["shape"]
+        cut = [d for d in range(len(outer)) if inner[d] != outer[d]]
+        if len(cut) != 1 or any(st for d, st in enumerate(at["starts"]) if d != cut[0]) \
+                or any(k > 1 and sp != 1 for k, sp in zip(inner, at["steps"])):
+            return
+        parts.append((cut[0], at["starts"][cut[0]], inner[cut[0]], o))
+    (axis, lo, size, first), (axis2, lo2, size2, second) = sorted(parts, key=lambda p: p[1])
+    if axis != axis2 or lo != 0 or lo2 != size or lo2 + size2 != g[n]["shape"][axis]:
+        return
+    g.set_operand(n, 0, first)
+    g.set_operand(n, 1, second)
+    g[n]["op"], g[n]["attrs"] = "concatenate", {"axis": axis}
 
 
 def _keeps_element_order(shape, perm):

@@ -101,3 +101,14 @@ def test_models_shrink():
         out = simplify.simplify(graph)
         assert len(out) < 0.8 * len(graph)
         assert not any(out[n]["op"] in ("id", "stop_gradient") for n in out.nx.nodes)
+
+
+def test_pads_that_tile_an_axis_become_one_concatenate():
+    """The adjoint of x[0] and x[1] of a two-row x: one copy per row, not zero fills and an add."""
+    x = np.linspace(-2, 2, 10).reshape(2, 5)
+    out = _simplified(burjit.grad(lambda x: F.sum(F.exp(x[0]) * F.tanh(x[1]))), x)
+    assert "concatenate" in _ops(out) and "pad" not in _ops(out)
+    gap = _simplified(burjit.grad(lambda x: F.sum(F.exp(x[0]) * F.tanh(x[2]))), np.ones((3, 5)))
+    assert "concatenate" not in _ops(gap) and _ops(gap).count("pad") == 2  # a zero row between: kept
+    cols = _simplified(burjit.grad(lambda x: F.sum(F.exp(x[:, :2]) * F.tanh(x[:1, 2:4]))), np.ones((2, 4)))
+    assert "concatenate" not in _ops(cols)  # the pads differ on two axes: kept
