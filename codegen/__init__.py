@@ -2,14 +2,15 @@
 
 Registers the "native" backend, which becomes the default of @burjit.compile. The pieces:
   native.py    build(graph) -> NativeExecutable: cache lookup, compile, call, inspection
-  lowering.py  the whole step as one LLVM function over the schedule and memory plan
+  lowering.py  the step's driver over the schedule and memory plan, each distinct kernel a module
+  objects.py   the step's object code: from memory, the per-step and per-kernel disk caches, or compiled
   program.py   per-element kernels: fused elementwise groups, reductions with prologues
   loops.py     loop nests and the affine index maps every data movement reduces to
   kernels.py   gather, scatter_add, pad, concatenate
   matmul.py    register-blocked, vectorised matrix product
   emitter.py   the scalar emitter of primitives' `scalar` lowerings; mathfns.py its exp/log/log1p/tanh
-  engine.py    host target machine, O3, object code, MCJIT;  cache.py the object code on disk
-  forked.py    the compile server: LLVM's optimiser in a forked process, its memory kept out of ours
+  engine.py    host target machines, optimisation, object code, MCJIT;  cache.py object code on disk
+  forked.py    the compile servers: LLVM in forked processes, one per core, its memory kept out of ours
   abi.py       the object layouts the fast entry reads;  types.py LLVM types per dtype
 """
 

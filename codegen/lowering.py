@@ -1,4 +1,4 @@
-"""The whole step as one LLVM module: `i32 burjit_step(ptr argv)`.
+"""The step as LLVM IR: a driver module `i32 burjit_step(ptr argv)` and a module per kernel.
 
 argv holds the buffer pointers [inputs..., outputs..., arena]; `burjit_entry(inputs, outputs,
 arena)` builds it from Python lists of numpy arrays when `offsets` (abi.py) are known. The step runs the
@@ -11,7 +11,7 @@ range) before anything a caller can see was written:
     restores the donated buffers listed in `backup` (those the plan updates in place).
 Each distinct kernel with loops is a function in a module of its own (`kernels`: symbol -> IR
 text), called from the step with buffer pointers, so kernels compile apart, in parallel, and
-are cached one by one (native.py); its pointer parameters are `noalias` (the plan never overlaps
+are cached one by one (objects.py); its pointer parameters are `noalias` (the plan never overlaps
 two values live in one kernel), which is what lets LLVM vectorise it. A kernel's identity is what
 its code depends on (its programs' ops, shapes, dtypes and index forms; buffers as parameter
 positions, never arena offsets), so repeated layers, batch sizes sharing a shape and other steps

@@ -1,8 +1,9 @@
-"""The native backend: graph -> one JIT-compiled function, called as a Python builtin.
+"""The native backend: graph -> one JIT-compiled step, called as a Python builtin.
 
 `build(graph)` lowers the graph (after `pipeline.prepare` fills in a default schedule and
-memory plan), compiles it at O3 for the host CPU (in the compile server, forked.py) or loads
-the object code from the disk cache, and returns a NativeExecutable. A call allocates the
+memory plan) to a driver and its distinct kernels, takes their object code from the caches or
+compiles what is missing in the compile servers (objects.py, forked.py), links them in one
+MCJIT engine and returns a NativeExecutable. A call allocates the
 outputs (np.empty, or the donated input arrays) and makes one call of the step's METH_FASTCALL
 entry with the input list, the output list and the preallocated arena (abi.py); steps that
 need Python around the call (constant indices out of range, donated buffers to restore,
@@ -16,7 +17,9 @@ Environment (read at build time):
   BURJIT_POISON_ARENA=1 fill the arena with 0xFF bytes (NaN / -1) at call start and each arena
                         value's bytes just before the kernel that defines it, so a memory plan
                         that overlaps two live values gives visibly wrong results
-  BURJIT_COMPILE_IN_PROCESS=1  optimise and emit in this process, not in the compile server
+  BURJIT_COMPILE_IN_PROCESS=1  optimise and emit in this process, not in the compile servers
+  BURJIT_COMPILE_WORKERS=n     compile servers at work at once (default: this process's CPUs)
+  BURJIT_CHECK_KERNELS=1       build every kernel call's IR and check it against its identity's
   BURJIT_CACHE_DIR      where compiled object code is cached (default ~/.cache/burjit; who may
                         write it: see cache.py)
 """
