@@ -16,9 +16,13 @@ plain data, documented by the pass that writes them.
 """
 
 import hashlib
+import heapq
+import math
 
 import networkx as nx
 import numpy as np
+
+from .primitives import ITEMSIZE
 
 _SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "b1"}
 
@@ -55,10 +59,17 @@ class Graph:
         self.outputs = [new if o == old else o for o in self.outputs]
 
     def copy(self):
+        """An independent graph (attrs dicts too), built straight into networkx's adjacency
+        dicts: `MultiDiGraph.copy` re-adds edge by edge and cost 8x more (0.43 s for 23k nodes)."""
         g = Graph()
-        g.nx = self.nx.copy()
-        for n in g.nx.nodes:
-            g.nx.nodes[n]["attrs"] = dict(g.nx.nodes[n]["attrs"])
+        g.nx.graph.update(self.nx.graph)
+        g.nx._node.update((n, {**a, "attrs": dict(a["attrs"])}) for n, a in self.nx._node.items())
+        succ, pred = g.nx._succ, g.nx._pred
+        pred.update((n, {}) for n in self.nx._node)
+        for u, users in self.nx._succ.items():
+            succ[u] = out = {v: {k: dict(d) for k, d in keys.items()} for v, keys in users.items()}
+            for v, keys in out.items():
+                pred[v][u] = keys  # one edge-data dict seen from both ends, as networkx keeps it
         g.inputs, g.outputs, g.aliases = list(self.inputs), list(self.outputs), dict(self.aliases)
         g.meta = dict(self.meta)
         g._next = self._next
@@ -74,19 +85,42 @@ class Graph:
         return self.nx.number_of_nodes()
 
     def operands(self, n):
-        pairs = sorted((k, u) for u, keys in self.nx._pred[n].items() for k in keys)
-        return [u for _, u in pairs]
+        # edge keys are exactly the operand positions 0..k-1 (add and set_operand keep them so)
+        pred = self.nx._pred[n]
+        if len(pred) == 1:
+            for u, keys in pred.items():
+                return [u] * len(keys)
+        out = [None] * sum(map(len, pred.values()))
+        for u, keys in pred.items():
+            for k in keys:
+                out[k] = u
+        return out
 
     def users(self, n):
         return sorted(self.nx._succ[n])
 
     def topo(self):
-        """Deterministic topological order (ties broken by node id)."""
-        return list(nx.lexicographical_topological_sort(self.nx))
+        """Deterministic topological order (ties broken by node id), as networkx's
+        lexicographical_topological_sort gives it, at a fifth of its cost."""
+        pred, succ = self.nx._pred, self.nx._succ
+        waiting = {n: sum(map(len, ps.values())) for n, ps in pred.items()}
+        ready = [n for n, k in waiting.items() if not k]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            n = heapq.heappop(ready)
+            order.append(n)
+            for v, keys in succ[n].items():
+                waiting[v] -= len(keys)
+                if not waiting[v]:
+                    heapq.heappush(ready, v)
+        if len(order) != len(waiting):
+            raise nx.NetworkXUnfeasible("graph contains a cycle")
+        return order
 
     def nbytes(self, n):
-        a = self.nx.nodes[n]
-        return int(np.prod(a["shape"], dtype=np.int64)) * np.dtype(a["dtype"]).itemsize
+        a = self.nx._node[n]
+        return math.prod(a["shape"]) * ITEMSIZE[a["dtype"]]
 
     def type_str(self, n):
         a = self.nx.nodes[n]

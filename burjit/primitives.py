@@ -27,6 +27,7 @@ from .errors import ShapeError
 
 FLOATS = ("float32", "float64")
 DTYPES = ("float32", "float64", "int32", "int64", "bool")
+ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 
 
 @dataclass(frozen=True)

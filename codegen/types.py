@@ -2,10 +2,11 @@
 
 from llvmlite import ir
 
+from burjit.primitives import ITEMSIZE  # noqa: F401  (re-exported: codegen reads it from here)
+
 F32, F64, I1, I8, I32, I64 = ir.FloatType(), ir.DoubleType(), ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 REG = {"float32": F32, "float64": F64, "int32": I32, "int64": I64, "bool": I1}   # in registers
 MEM = {"float32": F32, "float64": F64, "int32": I32, "int64": I64, "bool": I8}   # in memory
-ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 
 
 def is_float(ty):
