@@ -17,7 +17,10 @@ its code depends on (its programs' ops, shapes, dtypes and index forms; buffers 
 positions, never arena offsets), so repeated layers, batch sizes sharing a shape and other steps
 of the process share one function, its IR built once. BURJIT_CHECK_KERNELS=1 builds the IR of
 every call anyway and fails if two calls of one identity would emit different code (the test
-suite runs so). One-element kernels (scalar graphs) are emitted straight into the step as SSA code.
+suite runs so). One-element kernels (scalar graphs) are emitted straight into the step as SSA code,
+or, when large (or BURJIT_TIER says), run by the tape interpreter over records in a constant of the
+step (tape.py; `tapes`: group index -> Tape, chosen at construction since their registers take
+arena bytes).
 """
 
 import hashlib
@@ -31,7 +34,7 @@ from llvmlite import ir
 from burjit import primitives as P
 from burjit.passes.memplan import ALIGN
 
-from . import kernels, loops
+from . import kernels, loops, tape
 from .emitter import Emitter
 from .matmul import matmul
 from .program import Program, running_totals
@@ -65,7 +68,11 @@ class Lowering:
         self.scratch_bytes = _align(max((running_totals(graph, n)[2] for group in self.schedule for n in group
                                          if P.PRIMITIVES[graph[n]["op"]].kind == "reduce"), default=0))
         self.status_offset = staged_end + self.scratch_bytes
-        self.arena_bytes = self.status_offset + ALIGN  # plan, staging, scratch, then the entry's error code
+        self._programs = {}  # group index -> its plain Program, built while choosing tiers
+        self.tapes = self._tapes()  # group index -> Tape, for the 0-d groups the tape tier runs
+        self.tape_offset = self.status_offset + ALIGN
+        self.tape_bytes = _align(max((t.registers * tape.REGISTER for t in self.tapes.values()), default=0))
+        self.arena_bytes = self.tape_offset + self.tape_bytes  # plan, staging, scratch, error code, tape registers
 
     # -- buffers --------------------------------------------------------------------------------
     def ref(self, node):
@@ -157,7 +164,7 @@ class Lowering:
         self._check = os.environ.get("BURJIT_CHECK_KERNELS") == "1"
         fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR]), name=SYMBOL)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        argv = fn.args[0]
+        self._argv = argv = fn.args[0]
         self._slots = [b.load(b.gep(argv, [I64(k)], inbounds=True, source_etype=PTR), typ=PTR)
                        for k in range(self.arena_slot + 1)]
         for idx, size, code in self._checks:
@@ -261,9 +268,39 @@ class Lowering:
         bad = loops.nest(b, [count], any_bad, [I1(0)])[0]
         self._fail_if(b, bad, code)
 
+    def _located(self, group):
+        return [n for n in group if n in self.plan.location and self.plan.location[n][0] != "view"]
+
+    def _plain_program(self, group):
+        """The Program of an elementwise group (no reduction, matmul, gather, pad...): it stores
+        each of the group's values that the plan gives a place."""
+        g, located = self.graph, self._located(group)
+        p = Program(self, g[group[-1]]["shape"], group)
+        for n in located:
+            p.store(self.ref(n), g[n]["dtype"], p.value(n))
+        return p
+
+    def _tapes(self):
+        which, found = tape.tier(), {}
+        if which == "straight":
+            return found
+        g = self.graph
+        for gi, group in enumerate(self.schedule):
+            head = g[group[-1]]
+            if (head["shape"] != () or not self._located(group) or head["op"] in ("pad", "concatenate")
+                    or any(P.PRIMITIVES[g[n]["op"]].kind not in ("elementwise", "shape") for n in group)):
+                continue
+            p = self._plain_program(group)
+            t = tape.Tape(p, lambda node, k: self.constant_value(node).ravel()[k].item()) if tape.wanted(p, which) else None
+            if t is not None and t.table is not None:
+                found[gi] = t
+            else:
+                self._programs[gi] = p  # built once: emission takes it
+        return found
+
     def _group(self, b, gi, group):
         g = self.graph
-        located = [n for n in group if n in self.plan.location and self.plan.location[n][0] != "view"]
+        located = self._located(group)
         if not located:
             return  # views (no-op reshapes) and dead groups
         if self.poison:
@@ -307,11 +344,10 @@ class Lowering:
             self._run(b, kernels.pad_programs(self, head))
         elif a["op"] == "concatenate":
             self._run(b, kernels.concatenate_programs(self, head))
+        elif gi in self.tapes:
+            self._run_tape(b, gi, self.tapes[gi])
         else:
-            p = Program(self, a["shape"], group)
-            for n in located:
-                p.store(self.ref(n), g[n]["dtype"], p.value(n))
-            self._run(b, [p])
+            self._run(b, [self._programs.pop(gi, None) or self._plain_program(group)])
 
     def _run(self, b, programs):
         """Emit Programs: inline when each is one element (straight-line code), else as a kernel."""
@@ -323,6 +359,17 @@ class Lowering:
         self._kernel(b, refs, lambda kb, ptr: [p.emit(kb, ptr) for p in programs], False,
                      lambda slot: ("programs", tuple(p.signature(slot) for p in programs)))
 
+    def _run_tape(self, b, gi, t):
+        """Run tape t: its records a constant of the step, its registers in the arena (tape.py)."""
+        data = t.records.tobytes()
+        ty = ir.ArrayType(I8, len(data))
+        records = ir.GlobalVariable(self.mod, ty, name=f"tape{gi}")
+        records.initializer = ir.Constant(ty, bytearray(data))
+        records.global_constant, records.linkage, records.align = True, "private", ALIGN
+        symbol = self._function((("tape", t.table), self._target), 3, lambda kb, params: t.interpreter(kb, *params))
+        regs = self._main_ptr(b, ("arg", self.arena_slot, self.tape_offset))
+        b.call(declare(self.mod, symbol, I32, [PTR] * 3), [self._argv, records, regs])
+
     def _kernel(self, b, refs, body, fallible, describe):
         """Call the kernel body(builder, ptr) over one noalias pointer per distinct buffer of `refs`.
 
@@ -332,10 +379,18 @@ class Lowering:
         doubled O3 time (GPT test model: 9 s -> 4.6 s first call) for no measurable gain."""
         uniq = list(dict.fromkeys(refs))
         slots = {r: k for k, r in enumerate(uniq)}
-        identity = (describe(slots.__getitem__), self._target)
+        symbol = self._function((describe(slots.__getitem__), self._target), len(uniq),
+                                lambda kb, params: body(kb, dict(zip(uniq, params)).__getitem__))
+        rc = b.call(declare(self.mod, symbol, I32, [PTR] * len(uniq)), [self._main_ptr(b, r) for r in uniq])
+        if fallible:
+            self._fail_if(b, b.icmp_unsigned("!=", rc, I32(0)), rc)
+
+    def _function(self, identity, n_params, body):
+        """The symbol of the kernel `identity` stands for, its module built by body(builder,
+        params) on its first call in this process; counted as one more call."""
         known = _KNOWN.get(identity)
         if known is None or self._check:
-            built = self._kernel_module(len(uniq), lambda kb, params: body(kb, dict(zip(uniq, params)).__getitem__))
+            built = self._kernel_module(n_params, body)
             if known is not None and known != built:
                 raise AssertionError(f"kernel identity {identity!r} stands for two different kernels")
             known = _remember(identity, built)
@@ -345,9 +400,7 @@ class Lowering:
             if self._on_kernel:
                 self._on_kernel(symbol, text)
         self.calls[symbol] += 1
-        rc = b.call(declare(self.mod, symbol, I32, [PTR] * len(uniq)), [self._main_ptr(b, r) for r in uniq])
-        if fallible:
-            self._fail_if(b, b.icmp_unsigned("!=", rc, I32(0)), rc)
+        return symbol
 
     def _kernel_module(self, n_params, body):
         """(symbol, IR text) of a module holding one kernel `i32 symbol(ptr noalias x n_params)`;

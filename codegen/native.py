@@ -20,6 +20,7 @@ Environment (read at build time):
   BURJIT_COMPILE_IN_PROCESS=1  optimise and emit in this process, not in the compile servers
   BURJIT_COMPILE_WORKERS=n     compile servers at work at once (default: this process's CPUs)
   BURJIT_CHECK_KERNELS=1       build every kernel call's IR and check it against its identity's
+  BURJIT_TIER           auto | straight | tape: how scalar groups run (tape.py)
   BURJIT_CACHE_DIR      where compiled object code is cached (default ~/.cache/burjit; who may
                         write it: see cache.py)
 """
@@ -68,7 +69,9 @@ class NativeExecutable:
         self._stats = dict(from_cache=self.from_cache, ir_s=emit_s, llvm_s=llvm_s,
                            object_bytes=len(driver) + sum(k["object_bytes"] for k in kernels),
                            kernels=len(graph.meta["schedule"]), kernel_functions=len(kernels),
-                           kernels_compiled=sum(k["source"] == "compiled" for k in kernels))
+                           kernels_compiled=sum(k["source"] == "compiled" for k in kernels),
+                           tapes=[dict(group=gi, records=len(t.records) - 1, registers=t.registers)
+                                  for gi, t in sorted(low.tapes.items())])
         self._step = _STEP(self._loaded.addresses[SYMBOL])
         self._entry = abi.Builtin(self._loaded.addresses[ENTRY], ENTRY) if low.offsets else None
         if os.environ.get("BURJIT_DUMP_DIR"):
@@ -149,13 +152,15 @@ class NativeExecutable:
         waiting for LLVM (both 0 on a step cache hit),
         object bytes, kernels scheduled, the distinct kernel functions they call and how many of
         those were compiled for this step; under "per_kernel", each function's symbol, calls,
-        object bytes, compile seconds and source ("compiled", or cached in "memory" or on "disk")."""
+        object bytes, compile seconds and source ("compiled", or cached in "memory" or on "disk");
+        under "tapes", each scalar group run on the tape tier (its group, records and registers)."""
         return dict(self._stats, per_kernel=[dict(k) for k in self._kernels])
 
     def memory_plan(self):
         plan, low = self.graph.meta["memory"], self.lowering
         report = dict(plan.report())
         report.update(arena_allocated=low.arena_bytes, staging_bytes=low.staging_bytes, scratch_bytes=low.scratch_bytes,
+                      tape_bytes=low.tape_bytes,
                       kernels=len(self.graph.meta["schedule"]), locations=dict(plan.location))
         return report
 
@@ -213,7 +218,7 @@ def _key_parts(graph, low):
     plan = graph.meta["memory"]
     literals = sorted((n, graph[n]["attrs"]["value"]._key) for n in graph.nx.nodes if graph[n]["op"] == "literal")
     return (graph.fingerprint(), [tuple(g) for g in graph.meta["schedule"]], sorted(plan.location.items()),
-            plan.arena_bytes, literals, low.poison, low.offsets, engine.host_identity())
+            plan.arena_bytes, literals, low.poison, low.offsets, sorted(low.tapes), engine.host_identity())
 
 
 def build(graph):

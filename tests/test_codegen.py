@@ -335,7 +335,8 @@ def test_reduction_group_with_elementwise_prologue():
     assert _kernels(exe.llvm_ir(optimized=False)) == (2, 2)
 
 
-def test_scalar_graph_in_one_group_is_straight_line_code():
+def test_scalar_graph_in_one_group_is_straight_line_code(monkeypatch):
+    monkeypatch.setenv("BURJIT_TIER", "straight")  # what it checks; CI also runs the suite on the tape
     expression = runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "examples", "micrograd_expr.py"))["expression"]
     a, b = np.asarray(-4.0), np.asarray(2.0)
     g = traced(burjit.value_and_grad(expression, argnums=(0, 1)), a, b)
@@ -423,8 +424,9 @@ def test_large_scalar_graph_compiles():
     compare(f, np.float64(0.3), np.float64(0.7))
 
 
-def test_straight_line_math_calls_one_shared_function_per_kind():
+def test_straight_line_math_calls_one_shared_function_per_kind(monkeypatch):
     """0-d code calls exp/log/tanh out of line (small IR, fast builds); loops keep them inline."""
+    monkeypatch.setenv("BURJIT_TIER", "straight")
     def f(x):
         return F.sum(F.exp(x[0]) + F.exp(x[1]) * F.log(x[2]) + F.tanh(x[0] * x[1]))
     x = np.array([0.3, -1.2, 2.5])

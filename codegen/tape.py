@@ -1,0 +1,195 @@
+"""The tape tier: a large scalar program run by a native interpreter loop, not as straight-line code.
+
+LLVM's time on one straight-line function grows faster than the function (fastest_autograd,
+n = 1,000: one 20k-node function took ~1 s of the first call's 2.7 s), and an interpreter is
+compiled once for every step that uses the same ops. So a 0-d group whose Program has more
+than TAPE_ENTRIES entries (or any, with BURJIT_TIER=tape) becomes a tape: records of five
+int32 (opcode, out, a, b, c) in a constant of the step, run by `interpreter`:
+
+    load   out <- *(argv[a] + b)           one opcode per dtype
+    store  *(argv[b] + c) <- out's value   (a names the register stored)
+    op     out <- op(a, b, c)              one opcode per (primitive, attrs, operand dtypes,
+                                           constant operands); its case is the primitive's
+                                           `scalar` lowering, the code straight-line code runs
+    end    (opcode 0)
+
+Constant operands are baked into their opcode, as straight-line code folds them, so both tiers
+give the same bits. Registers are 8-byte slots in the arena (one region for every tape of a
+step, as they run one after another), reused as soon as their value's last reader has run.
+Records are ordered by (depth, opcode): a node's depth is one more than its deepest operand's,
+so the order is still topological, and runs of one opcode keep the dispatch branch predicted.
+The interpreter is a kernel like the others (lowering.py): its identity is its opcode table,
+so it is built once per op set, compiled in the compile servers and cached on disk.
+"""
+
+import os
+
+import numpy as np
+from llvmlite import ir
+
+from burjit import primitives as P
+
+from .emitter import Emitter
+from .types import I8, I32, I64, ITEMSIZE, REG, const
+
+TAPE_ENTRIES = 4096  # auto tier: larger 0-d Programs run on the tape (README "Compile cost")
+MAX_OPCODES = 1024   # a program needing more distinct opcodes stays straight-line code
+TIERS = ("auto", "straight", "tape")
+REGISTER = 8         # bytes per register: every dtype fits
+PTR = ir.PointerType()
+
+
+def tier():
+    """BURJIT_TIER: 'auto' (default), 'straight' or 'tape' (every 0-d program with an op)."""
+    t = os.environ.get("BURJIT_TIER", "auto") or "auto"
+    if t not in TIERS:
+        raise ValueError(f"BURJIT_TIER={t!r}; known: {', '.join(TIERS)}")
+    return t
+
+
+def wanted(program, which):
+    """Whether `program` (a 0-d Program) runs on the tape under tier `which`."""
+    if which == "straight":
+        return False
+    ops = sum(e[0] == "op" for e in program.entries)
+    return ops > 0 and (which == "tape" or len(program.entries) > TAPE_ENTRIES)
+
+
+class Tape:
+    """A 0-d Program as records; `table` (the interpreter's identity) is None if the program
+    needs more than MAX_OPCODES opcodes or a byte offset past int32: it stays straight-line code."""
+
+    def __init__(self, program, constant):
+        """constant(node, element) -> a constant node's element (a load from a 'global' ref)."""
+        g, entries = program.g, program.entries
+        value, dtype_of, depth, keys, ops = {}, {}, {}, {}, []
+        for i, ent in enumerate(entries):  # what each entry is: ("const", dtype, v) or a register
+            tag = ent[0]
+            if tag == "alias":
+                value[i], depth[i], dtype_of[i] = value[ent[1]], depth[ent[1]], dtype_of[ent[1]]
+                continue
+            dtype_of[i] = g[ent[1]]["dtype"] if tag == "op" else ent[2] if tag == "load" else ent[1]
+            if tag in ("const", "iota"):
+                value[i], depth[i] = ("const", ent[1], ent[2] if tag == "const" else ent[2][0]), 0
+            elif tag == "load" and ent[1][0] == "global":
+                value[i], depth[i] = ("const", ent[2], constant(ent[1][1], ent[3][0])), 0
+            elif tag == "load":
+                value[i], depth[i] = ("reg", i), 0
+                ops.append((0, i, ("load", ent[2]), (ent[1][1], ent[1][2] + ent[3][0] * ITEMSIZE[ent[2]])))
+            else:
+                a = g[ent[1]]
+                args = [value[k] for k in ent[2]]
+                spec = tuple(("reg", dtype_of[k]) if v[0] == "reg" else _baked(v) for k, v in zip(ent[2], args))
+                key = ("op", a["op"], repr(sorted(a["attrs"].items())), spec, a["dtype"])
+                keys.setdefault(key, a["attrs"])
+                value[i] = ("reg", i)
+                depth[i] = 1 + max((depth[k] for k, v in zip(ent[2], args) if v[0] == "reg"), default=-1)
+                ops.append((depth[i], i, key, [v[1] for v in args if v[0] == "reg"]))
+        last = max(depth.values(), default=0) + 1
+        for j, (ref, dtype, affine, entry) in enumerate(program.stores):
+            where = (ref[1], ref[2] + affine[0] * ITEMSIZE[dtype])
+            v = value[entry]
+            if v[0] == "reg":
+                ops.append((last, -1 - j, ("store", dtype), (v[1],) + where))
+            else:
+                key = ("op", "id", "[]", (_baked(v),), dtype)  # a constant stored: id of it
+                keys.setdefault(key, {})
+                ops.append((last, len(entries) + j, key, []))
+                ops.append((last + 1, -1 - j, ("store", dtype), (len(entries) + j,) + where))
+        for _, _, key, _ in ops:
+            keys.setdefault(key, None)
+        fits = all(0 <= f < 2 ** 31 for o in ops if o[2][0] in ("load", "store") for f in o[3])
+        self.table = tuple(sorted(keys, key=repr)) if len(keys) <= MAX_OPCODES and fits else None
+        if self.table is None:
+            return
+        self._attrs = keys
+        code = {k: c + 1 for c, k in enumerate(self.table)}
+        ops.sort(key=lambda o: (o[0], code[o[2]], o[1]))
+        self.records, self.registers = _allocate(ops, code)
+
+    def interpreter(self, b, argv, records, regs):
+        """The loop over records, at b's position (a kernel's body: lowering returns 0 after it)."""
+        fn = b.function
+        e = Emitter(b)
+        start = b.block
+        loop, done = fn.append_basic_block("loop"), fn.append_basic_block("done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        i = b.phi(I64)
+        i.add_incoming(I64(0), start)
+        rec = b.gep(records, [b.mul(i, I64(5))], inbounds=True, source_etype=I32)
+        opcode, out, x, y, z = [b.load(b.gep(rec, [I64(k)], inbounds=True, source_etype=I32), typ=I32)
+                                for k in range(5)]
+        following = fn.append_basic_block("next")
+        switch = b.switch(opcode, done)
+
+        def reg(k):
+            return b.gep(regs, [b.mul(b.zext(k, I64), I64(REGISTER))], inbounds=True, source_etype=I8)
+
+        def memory(slot, offset):
+            base = b.load(b.gep(argv, [b.zext(slot, I64)], inbounds=True, source_etype=PTR), typ=PTR)
+            return b.gep(base, [b.sext(offset, I64)], inbounds=True, source_etype=I8)
+
+        for c, key in enumerate(self.table, start=1):
+            block = fn.append_basic_block(f"op{c}")
+            switch.add_case(I32(c), block)
+            b.position_at_end(block)
+            if key[0] == "load":
+                e.store(e.load(memory(x, y), key[1], I64(0)), reg(out), key[1], I64(0))
+            elif key[0] == "store":
+                e.store(e.load(reg(x), key[1], I64(0)), memory(y, z), key[1], I64(0))
+            else:
+                _, op, _, spec, dtype = key
+                fields = iter((x, y, z))
+                args = [e.load(reg(next(fields)), s[1], I64(0)) if s[0] == "reg"
+                        else const(REG[s[1]], np.frombuffer(s[2], dtype=s[1])[0].item()) for s in spec]
+                e.store(P.PRIMITIVES[op].scalar(e, *args, **self._attrs[key]), reg(out), dtype, I64(0))
+            b.branch(following)
+        b.position_at_end(following)
+        i.add_incoming(b.add(i, I64(1)), following)
+        b.branch(loop)
+        b.position_at_end(done)
+
+
+def _baked(v):
+    """A constant operand as its opcode holds it: dtype and bytes (so -0.0 and 0.0 differ)."""
+    return ("const", v[1], np.asarray(v[2], dtype=v[1]).tobytes())
+
+
+def _allocate(ops, code):
+    """(records as an int32 array ending in `end`, registers used): each value a register, freed
+    after its last reader (a record may write the register its operand just freed)."""
+    last = {}
+    for t, (_, _, _, fields) in enumerate(ops):
+        for v in _reads(ops[t]):
+            last[v] = t
+    free, reg, top = [], {}, 0
+    records = np.zeros((len(ops) + 1, 5), dtype=np.int32)
+    for t, (_, i, key, fields) in enumerate(ops):
+        reads = [reg[v] for v in _reads(ops[t])]
+        for v in dict.fromkeys(_reads(ops[t])):  # x * x frees x once
+            if last[v] == t:
+                free.append(reg[v])
+        row = [code[key]]
+        if key[0] == "store":
+            row += [0, reads[0], fields[1], fields[2]]
+        else:
+            if free:
+                reg[i] = free.pop()
+            else:
+                reg[i], top = top, top + 1
+            if i not in last:  # never read (a value only a later program uses is stored)
+                free.append(reg[i])
+            row += [reg[i]] + (list(fields) + [0] if key[0] == "load" else reads + [0] * (3 - len(reads)))
+        records[t] = row
+    return records, top
+
+
+def _reads(op):
+    """The values (entry indices) record `op` reads."""
+    _, _, key, fields = op
+    if key[0] == "load":
+        return ()
+    if key[0] == "store":
+        return (fields[0],)
+    return fields
