@@ -53,7 +53,7 @@ class Graph:
 
     def replace_all_uses(self, old, new):
         """Point every use of `old` (operands and outputs) at `new`."""
-        for _, user, key in list(self.nx.out_edges(old, keys=True)):
+        for user, key in self.uses(old):
             self.nx.remove_edge(old, user, key=key)
             self.nx.add_edge(new, user, key=key)
         self.outputs = [new if o == old else o for o in self.outputs]
@@ -95,6 +95,13 @@ class Graph:
             for k in keys:
                 out[k] = u
         return out
+
+    def uses(self, n):
+        """(user, operand position) of each use of n, as a list (safe to rewire while walking it).
+        Passes read these, not networkx's edge views: a view caches itself on the graph and
+        points back at it, a cycle that kept every pass's discarded graph alive until the
+        cyclic collector ran (jit.py pauses it while tracing and passes run)."""
+        return [(v, k) for v, keys in self.nx._succ[n].items() for k in keys]
 
     def users(self, n):
         return sorted(self.nx._succ[n])

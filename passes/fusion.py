@@ -94,7 +94,7 @@ def _in_program_order(g, pieces, pos):
     group_of = {n: i for i, p in enumerate(pieces) for n in p}
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(pieces)))
-    dag.add_edges_from((group_of[u], group_of[v]) for u, v in g.nx.edges() if u in group_of and group_of[u] != group_of[v])
+    dag.add_edges_from((group_of[u], group_of[v]) for u, vs in g.nx._succ.items() for v in vs if u in group_of and group_of[u] != group_of[v])
     order = nx.lexicographical_topological_sort(dag, key=lambda i: pos[pieces[i][0]])
     return [tuple(pieces[i]) for i in order]
 
@@ -129,7 +129,7 @@ def _recompute_cheap_producers(g, pieces):
                     group_of[copy[m]] = h
                 pieces[h] = tuple(copy[m] for m in cone) + pieces[h]  # read only outside values: go first
                 for u in users:
-                    for _, _, key in [e for e in g.nx.out_edges(n, keys=True) if e[1] == u]:
+                    for key in list(g.nx._succ[n][u]):
                         g.set_operand(u, key, copy[n])
             replaced.append(n)
     dead = set()
@@ -137,7 +137,7 @@ def _recompute_cheap_producers(g, pieces):
         stack = [n]
         while stack:
             m = stack.pop()
-            if m not in dead and m not in outs and m in group_of and not g.nx.out_degree(m) and _loop_node(g, m):
+            if m not in dead and m not in outs and m in group_of and not g.nx._succ[m] and _loop_node(g, m):
                 dead.add(m)
                 stack.extend(g.operands(m))
                 g.nx.remove_node(m)

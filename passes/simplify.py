@@ -35,7 +35,7 @@ def simplify(graph):
             key = _cse_key(graph, n)
             target = seen.setdefault(key, n) if key is not None else n
         if target != n:  # targets are final: their own uses were redirected when they were visited
-            for _, user, k in list(graph.nx.out_edges(n, keys=True)):
+            for user, k in graph.uses(n):
                 graph.set_operand(user, k, target)
             moved[n] = target
     graph.outputs = [moved.get(o, o) for o in graph.outputs]
@@ -178,7 +178,7 @@ def _fold(g, n):
 
 
 def _become(g, n, op, **attrs):
-    for x, _, k in list(g.nx.in_edges(n, keys=True)):
+    for k, x in enumerate(g.operands(n)):
         g.nx.remove_edge(x, n, key=k)
     g[n]["op"], g[n]["attrs"] = op, attrs
 
