@@ -205,9 +205,11 @@ class CompiledFunction:
     def _lower(self, args, arrays):
         from .passes import pipeline
         with _collector_paused():
-            g, out_tree = self._trace(args, arrays)
+            traced = self._trace(args, arrays)
             build, default_passes = _lookup_backend(self._backend())
-            graph = pipeline.run(g, self.passes if self.passes is not None else default_passes)
+            # pop: nothing but the first pass holds the traced graph, so it goes once copied
+            graph = pipeline.run(traced.pop(0), self.passes if self.passes is not None else default_passes)
+            out_tree = traced.pop()
         return Lowered(graph, build(graph), out_tree)
 
     def _trace(self, args, arrays):
@@ -245,7 +247,7 @@ class CompiledFunction:
                 outs.append(lift(leaf).node)
             g.outputs = outs
         g.aliases = self._aliases(args, arrays, in_leaf_pos, out_tree, g)
-        return g, out_tree
+        return [g, out_tree]
 
     def _aliases(self, args, arrays, in_leaf_pos, out_tree, g):
         aliases, offset, taken = {}, 0, set()

@@ -23,6 +23,7 @@ _state = threading.local()
 
 
 _own_file = {}
+_srcs = {}  # (file, line) -> 'file:line'
 
 
 def _is_own(filename):
@@ -38,7 +39,11 @@ def user_src():
     f = sys._getframe(1)
     while f is not None:
         if not _is_own(f.f_code.co_filename):
-            return f"{f.f_code.co_filename}:{f.f_lineno}"
+            key = (f.f_code.co_filename, f.f_lineno)
+            src = _srcs.get(key)
+            if src is None:  # one string per line, not one per node (a scalar graph has 10^5 nodes)
+                src = _srcs[key] = f"{key[0]}:{key[1]}"
+            return src
         f = f.f_back
     return "<unknown>"
 

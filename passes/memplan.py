@@ -109,7 +109,7 @@ def reuse(graph):
 
 def _scheduled(graph):
     graph = graph if "schedule" in graph.meta else S.topological(graph)
-    return graph.copy()
+    return graph.annotated()
 
 
 def _start(graph):

@@ -39,7 +39,7 @@ def value_readers(graph, n, is_view):
 
 
 def topological(graph):
-    graph = graph.copy()
+    graph = graph.annotated()
     groups = graph.meta.get("groups") or unfused_groups(graph)
     graph.meta["schedule"] = [tuple(g) for g in groups]
     graph.meta.pop("memory", None)
