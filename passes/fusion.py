@@ -23,7 +23,7 @@ when u may stay inside v's kernel ("fusible") and by at least 1 otherwise; nodes
 as late as their users allow, so producers join their consumers. All fusible nodes of one
 (level, shape) become one kernel. Edges between kernels then strictly raise the level, so
 the kernel graph is acyclic by construction, and the pass is linear in the graph's size.
-A 0-d (scalar) program without barriers is a single straight-line kernel.
+A 0-d (scalar) program without barriers is a single kernel (straight-line code or a tape, codegen).
 """
 
 import networkx as nx
@@ -178,21 +178,26 @@ def _loop_node(g, n):
     return P.PRIMITIVES[g[n]["op"]].kind == "elementwise" or g[n]["op"] == "broadcast_to"
 
 
-def fusible(g, u, v):
-    """May operand u stay inside v's kernel?"""
-    if not _loop_node(g, u) or g[v]["op"] == "broadcast_to":
-        return False
-    if g[v]["op"] in REDUCTIONS:
-        return True
-    return _loop_node(g, v) and g[u]["shape"] == g[v]["shape"]
+def _fusible(g, nodes):
+    """fusible(u, v): may operand u stay inside v's kernel? What it reads of each node is read
+    once here: the levels ask it ~4 times per node (0.78 s of fuse's 2.5 s at 81k nodes)."""
+    loop = {n: _loop_node(g, n) for n in nodes}
+    op = {n: g[n]["op"] for n in nodes}
+    shape = {n: g[n]["shape"] for n in nodes}
+
+    def fusible(u, v):
+        if not loop[u] or op[v] == "broadcast_to":
+            return False
+        return op[v] in REDUCTIONS or (loop[v] and shape[u] == shape[v])
+    return fusible
 
 
 def _levels(g, order):
-    level = {}
+    level, fusible = {}, _fusible(g, order)
     for n in order:
-        level[n] = max((level[o] + (not fusible(g, o, n)) for o in g.operands(n) if o in level), default=0)
+        level[n] = max((level[o] + (not fusible(o, n)) for o in g.operands(n) if o in level), default=0)
     for n in reversed(order):  # as late as every user allows, when that brings n into a user's kernel
         users = g.users(n)
-        if any(fusible(g, n, v) for v in users):
-            level[n] = max(level[n], min(level[v] - (not fusible(g, n, v)) for v in users))
+        if any(fusible(n, v) for v in users):
+            level[n] = max(level[n], min(level[v] - (not fusible(n, v)) for v in users))
     return level
