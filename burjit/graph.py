@@ -12,7 +12,8 @@ An edge u -> v with key i says "u is operand i of v", so `x * x` has two paralle
 output nodes in flattened-result order; an output may repeat or be an input. `Graph.aliases`
 maps an output position to the input position whose (donated) buffer receives it in place.
 Passes may add annotations in `Graph.meta` (fusion groups, schedule, memory plan); those are
-plain data, documented by the pass that writes them.
+plain data, documented by the pass that writes them. The front door may set meta["tier"], one
+of TIERS: how a backend should run scalar programs (`compile(tier=...)`; codegen/tape.py).
 """
 
 import hashlib
@@ -24,6 +25,7 @@ import numpy as np
 
 from .primitives import ITEMSIZE
 
+TIERS = ("auto", "straight", "tape")
 _SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "b1"}
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import pytree
 from .errors import TracingError
-from .graph import value_key
+from .graph import TIERS, value_key
 from .tracer import Trace, Tracer, bind, check_dtype, lift
 
 BACKENDS = {}  # name -> (build, default pass names or None for the pipeline's default)
@@ -60,7 +60,8 @@ class Lowered:
 
 
 class CompiledFunction:
-    def __init__(self, fn, backend=None, static_argnums=(), donate_argnums=(), passes=None, cache_size=None):
+    def __init__(self, fn, backend=None, static_argnums=(), donate_argnums=(), passes=None, cache_size=None,
+                 tier=None):
         functools.update_wrapper(self, fn)
         self.fn = fn
         if backend is not None:
@@ -74,6 +75,9 @@ class CompiledFunction:
         if not isinstance(cache_size, int) or cache_size < 1:
             raise ValueError(f"cache_size must be a positive int, got {cache_size!r}")
         self.cache_size = cache_size
+        if tier is not None and tier not in TIERS:
+            raise ValueError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
+        self.tier = tier
         self._cache = collections.OrderedDict()  # signature -> Lowered, least recently used first
         self._flatteners = {}
         self._last = None
@@ -93,7 +97,7 @@ class CompiledFunction:
         # copy, deepcopy and pickle give a fresh compiled function of the same step (compiled code
         # is process-local: the copy compiles again on first use, or hits the disk cache).
         return (CompiledFunction, (self.fn, self.backend, self.static_argnums, self.donate_argnums,
-                                   self.passes, self.cache_size))
+                                   self.passes, self.cache_size, self.tier))
 
     # -- inspection (for the given arguments' signature, or the last one called) ----------------
     def lower(self, *args):
@@ -206,6 +210,8 @@ class CompiledFunction:
         from .passes import pipeline
         with _collector_paused():
             traced = self._trace(args, arrays)
+            if self.tier:
+                traced[0].meta["tier"] = self.tier
             build, default_passes = _lookup_backend(self._backend())
             # pop: nothing but the first pass holds the traced graph, so it goes once copied
             graph = pipeline.run(traced.pop(0), self.passes if self.passes is not None else default_passes)
@@ -299,13 +305,15 @@ def _collector_paused():
         gc.enable()
 
 
-def compile(fn=None, *, backend=None, static_argnums=(), donate_argnums=(), passes=None, cache_size=None):
+def compile(fn=None, *, backend=None, static_argnums=(), donate_argnums=(), passes=None, cache_size=None,
+            tier=None):
     """Compile a whole step. Use as @compile or @compile(backend="reference", donate_argnums=0).
 
-    cache_size bounds how many signatures (shapes, dtypes, static values) stay compiled at once."""
+    cache_size bounds how many signatures (shapes, dtypes, static values) stay compiled at once.
+    tier ("auto", "straight" or "tape") says how scalar programs run, over $BURJIT_TIER."""
     if fn is None:
-        return lambda f: CompiledFunction(f, backend, static_argnums, donate_argnums, passes, cache_size)
-    return CompiledFunction(fn, backend, static_argnums, donate_argnums, passes, cache_size)
+        return lambda f: CompiledFunction(f, backend, static_argnums, donate_argnums, passes, cache_size, tier)
+    return CompiledFunction(fn, backend, static_argnums, donate_argnums, passes, cache_size, tier)
 
 
 def _check_donated(donated, arrays, views):

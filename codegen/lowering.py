@@ -281,7 +281,7 @@ class Lowering:
         return p
 
     def _tapes(self):
-        which, found = tape.tier(), {}
+        which, found = tape.tier(self.graph), {}
         if which == "straight":
             return found
         g = self.graph

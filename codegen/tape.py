@@ -28,20 +28,21 @@ import numpy as np
 from llvmlite import ir
 
 from burjit import primitives as P
+from burjit.graph import TIERS
 
 from .emitter import Emitter
 from .types import I8, I32, I64, ITEMSIZE, REG, const
 
 TAPE_ENTRIES = 4096  # auto tier: larger 0-d Programs run on the tape (README "Compile cost")
 MAX_OPCODES = 1024   # a program needing more distinct opcodes stays straight-line code
-TIERS = ("auto", "straight", "tape")
 REGISTER = 8         # bytes per register: every dtype fits
 PTR = ir.PointerType()
 
 
-def tier():
-    """BURJIT_TIER: 'auto' (default), 'straight' or 'tape' (every 0-d program with an op)."""
-    t = os.environ.get("BURJIT_TIER", "auto") or "auto"
+def tier(graph):
+    """The graph's meta["tier"] (compile(tier=...)), else BURJIT_TIER: 'auto' (default),
+    'straight' or 'tape' (every 0-d program with an op)."""
+    t = graph.meta.get("tier") or os.environ.get("BURJIT_TIER", "auto") or "auto"
     if t not in TIERS:
         raise ValueError(f"BURJIT_TIER={t!r}; known: {', '.join(TIERS)}")
     return t

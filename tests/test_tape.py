@@ -1,6 +1,8 @@
 """The tape tier (codegen/tape.py): forced on, it must give the bits straight-line code gives and
 the reference's values; auto picks it for large scalar programs only; failures stay clean."""
 
+import copy
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -103,7 +105,20 @@ def test_auto_tier_by_size_and_env_override(monkeypatch):
     assert tiny.stats(x)["tapes"] and np.array_equal(tiny(x)[1], v_small[1])
 
 
+def test_the_argument_overrides_the_env_var(monkeypatch):
+    x = np.array([0.1, 0.2, 0.3])
+    monkeypatch.setenv("BURJIT_TIER", "tape")
+    line = burjit.compile(_chain(10), tier="straight")
+    monkeypatch.setenv("BURJIT_TIER", "straight")
+    taped = burjit.compile(_chain(10), tier="tape")
+    assert np.array_equal(line(x)[1], taped(x)[1])
+    assert not line.stats(x)["tapes"] and taped.stats(x)["tapes"]
+    assert copy.copy(taped).tier == "tape"
+
+
 def test_unknown_tier_is_refused(monkeypatch):
+    with pytest.raises(ValueError, match="tier must be one of auto, straight, tape, got 'fast'"):
+        burjit.compile(lambda x: x * 2.0, tier="fast")
     monkeypatch.setenv("BURJIT_TIER", "fast")
     with pytest.raises(ValueError, match="BURJIT_TIER='fast'; known: auto, straight, tape"):
         burjit.compile(lambda x: x * 2.0)(np.float64(1))
