@@ -148,3 +148,23 @@ def test_poisoned_arena_and_donation_on_the_tape(monkeypatch):
     assert got[0] is p and step.stats(p)["tapes"]
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def test_a_failing_step_with_a_tape_changes_no_parameter(monkeypatch):
+    """The tape updates scalars in place; an index computed later is out of range: restored."""
+    monkeypatch.setenv("BURJIT_TIER", "tape")
+
+    @burjit.compile(donate_argnums=0)
+    def step(p, table):
+        s = F.tanh(p[0] * p[1]) + p[2]
+        new = F.concatenate([F.reshape(v, (1,)) for v in (p[0] - 0.1 * s, p[1] * s, p[2] + s)])
+        idx = F.astype(F.reshape(s * 0.0 + p[2], (1,)), "int32")  # computed: checked as the step runs
+        return new, F.sum(F.take(table, idx))
+
+    p, table = np.array([0.5, -0.5, 2.0]), np.arange(4.0)
+    before = p.copy()
+    with pytest.raises(IndexError):
+        step(p, table[:2])
+    assert np.array_equal(p, before) and step.stats(p, table[:2])["tapes"]
+    out, total = step(p, table)
+    assert out is p and total == 2.0 and not np.array_equal(p, before)
