@@ -271,9 +271,16 @@ class Lowering:
     def _located(self, group):
         return [n for n in group if n in self.plan.location and self.plan.location[n][0] != "view"]
 
+    def _plain(self, group):
+        """Whether group is elementwise work alone (no reduction, matmul, gather, scatter, pad or
+        concatenate): one _plain_program."""
+        g, head = self.graph, self.graph[group[-1]]
+        return (P.PRIMITIVES[head["op"]].kind not in ("matmul", "gather", "scatter")
+                and head["op"] not in ("pad", "concatenate")
+                and all(P.PRIMITIVES[g[n]["op"]].kind != "reduce" for n in group))
+
     def _plain_program(self, group):
-        """The Program of an elementwise group (no reduction, matmul, gather, pad...): it stores
-        each of the group's values that the plan gives a place."""
+        """The Program of a plain group: it stores each of its values the plan gives a place."""
         g, located = self.graph, self._located(group)
         p = Program(self, g[group[-1]]["shape"], group)
         for n in located:
@@ -284,11 +291,8 @@ class Lowering:
         which, found = tape.tier(self.graph), {}
         if which == "straight":
             return found
-        g = self.graph
         for gi, group in enumerate(self.schedule):
-            head = g[group[-1]]
-            if (head["shape"] != () or not self._located(group) or head["op"] in ("pad", "concatenate")
-                    or any(P.PRIMITIVES[g[n]["op"]].kind not in ("elementwise", "shape") for n in group)):
+            if self.graph[group[-1]]["shape"] != () or not self._located(group) or not self._plain(group):
                 continue
             p = self._plain_program(group)
             t = tape.Tape(p, lambda node, k: self.constant_value(node).ravel()[k].item()) if tape.wanted(p, which) else None
@@ -312,7 +316,12 @@ class Lowering:
         head = group[-1]
         a = g[head]
         kind = P.PRIMITIVES[a["op"]].kind
-        if reduce:
+        if self._plain(group):
+            if gi in self.tapes:
+                self._run_tape(b, gi, self.tapes[gi])
+            else:
+                self._run(b, [self._programs.pop(gi, None) or self._plain_program(group)])
+        elif reduce:
             (r,) = reduce
             (x,) = g.operands(r)
             p = Program(self, g[x]["shape"], group)
@@ -342,12 +351,8 @@ class Lowering:
                 lambda slot: (kind, a["dtype"], g[idx]["dtype"], count, row_len, size, code, tuple(map(slot, refs))))
         elif a["op"] == "pad":
             self._run(b, kernels.pad_programs(self, head))
-        elif a["op"] == "concatenate":
+        else:  # concatenate
             self._run(b, kernels.concatenate_programs(self, head))
-        elif gi in self.tapes:
-            self._run_tape(b, gi, self.tapes[gi])
-        else:
-            self._run(b, [self._programs.pop(gi, None) or self._plain_program(group)])
 
     def _run(self, b, programs):
         """Emit Programs: inline when each is one element (straight-line code), else as a kernel."""
