@@ -63,7 +63,7 @@ class Graph:
 
     def copy(self):
         """An independent graph (attrs dicts too), built straight into networkx's adjacency
-        dicts: `MultiDiGraph.copy` re-adds edge by edge and cost 8x more (0.43 s for 23k nodes)."""
+        dicts: `MultiDiGraph.copy` re-adds edge by edge (0.43 s against 0.06 s for 23k nodes, one run)."""
         g = Graph()
         g.nx.graph.update(self.nx.graph)
         g.nx._node.update((n, {**a, "attrs": dict(a["attrs"])}) for n, a in self.nx._node.items())
