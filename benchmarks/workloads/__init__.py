@@ -14,7 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-NAMES = ("tiny", "exp1_pairs", "expression", "scalar_mlp", "tensor_mlp", "gpt", "burtorch_gpt", "fastest_autograd")
+NAMES = ("tiny", "exp1_pairs", "expression", "scalar_mlp", "scalar_values_mlp", "tensor_mlp", "gpt", "burtorch_gpt",
+         "fastest_autograd")
 
 
 def get(name):
