@@ -43,6 +43,8 @@ def _promote(xs, floating=False):
 
 
 def _broadcast_all(xs):
+    if all(x.shape == xs[0].shape for x in xs):  # the common case (every scalar op): nothing to do
+        return xs
     try:
         shape = np.broadcast_shapes(*[x.shape for x in xs])
     except ValueError:
