@@ -15,16 +15,14 @@ arrays). It must raise before writing anything when a step fails.
 """
 
 import collections
-import contextlib
 import functools
-import gc
 import os
 
 import numpy as np
 
 from . import pytree
 from .errors import TracingError
-from .graph import TIERS, value_key
+from .graph import TIERS, collector_paused, value_key
 from .tracer import Trace, Tracer, bind, check_dtype, lift
 
 BACKENDS = {}  # name -> (build, default pass names or None for the pipeline's default)
@@ -208,7 +206,7 @@ class CompiledFunction:
 
     def _lower(self, args, arrays):
         from .passes import pipeline
-        with _collector_paused():
+        with collector_paused():
             traced = self._trace(args, arrays)
             if self.tier:
                 traced[0].meta["tier"] = self.tier
@@ -287,22 +285,6 @@ class CompiledFunction:
             raise TracingError(f"donate_argnums {sorted(missing)}: no output has the same structure, shapes "
                                "and dtypes as that argument, so it cannot be updated in place")
         return aliases
-
-
-@contextlib.contextmanager
-def _collector_paused():
-    """Tracing and passes build a graph of plain dicts, without reference cycles, at a few
-    hundred thousand objects a second: Python's cyclic collector kept re-scanning the growing
-    graph and took half the front end's time (fastest_autograd n = 4,000: passes 4.95 s -> 2.62 s
-    without it). Codegen runs with it on: llvmlite's IR objects are cycles."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def compile(fn=None, *, backend=None, static_argnums=(), donate_argnums=(), passes=None, cache_size=None,

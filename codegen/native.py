@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from burjit.graph import collector_paused
 from burjit.passes import pipeline
 
 from . import abi, cache, engine, objects
@@ -44,10 +45,11 @@ _STEP = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)  # holds the GIL: cal
 
 class NativeExecutable:
     def __init__(self, graph):
-        self.graph = graph = pipeline.prepare(graph)
-        self.lowering = low = Lowering(graph, poison=os.environ.get("BURJIT_POISON_ARENA") == "1",
-                                       offsets=abi.OFFSETS)
-        self.key = cache.key(_key_parts(graph, low))
+        with collector_paused():  # plain data until IR emission (a tape's records, say)
+            self.graph = graph = pipeline.prepare(graph)
+            self.lowering = low = Lowering(graph, poison=os.environ.get("BURJIT_POISON_ARENA") == "1",
+                                           offsets=abi.OFFSETS)
+            self.key = cache.key(_key_parts(graph, low))
         self._ir = {}
         symbols = (SYMBOL, ENTRY) if low.offsets else (SYMBOL,)
         found = objects.cached_step(self.key, symbols)

@@ -81,11 +81,12 @@ class Tape:
                 a = g[ent[1]]
                 args = [value[k] for k in ent[2]]
                 spec = tuple(("reg", dtype_of[k]) if v[0] == "reg" else _baked(v) for k, v in zip(ent[2], args))
-                key = ("op", a["op"], repr(sorted(a["attrs"].items())), spec, a["dtype"])
+                key = ("op", a["op"], repr(sorted(a["attrs"].items())) if a["attrs"] else "[]", spec, a["dtype"])
                 keys.setdefault(key, a["attrs"])
                 value[i] = ("reg", i)
-                depth[i] = 1 + max((depth[k] for k, v in zip(ent[2], args) if v[0] == "reg"), default=-1)
-                ops.append((depth[i], i, key, [v[1] for v in args if v[0] == "reg"]))
+                regs = [v[1] for v in args if v[0] == "reg"]
+                depth[i] = 1 + max(map(depth.__getitem__, regs), default=-1)
+                ops.append((depth[i], i, key, regs))
         last = max(depth.values(), default=0) + 1
         for j, (ref, dtype, affine, entry) in enumerate(program.stores):
             where = (ref[1], ref[2] + affine[0] * ITEMSIZE[dtype])
