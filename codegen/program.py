@@ -108,7 +108,7 @@ class Program:
                 a = g[ent[1]]
                 return ("op", a["op"], repr(sorted(a["attrs"].items())), tuple(ent[2]))
             if ent[0] == "const":
-                return ("const", ent[1], _bits(ent[1], ent[2]))
+                return ("const", ent[1], const_bits(ent[1], ent[2]))
             return ent
         reduction = None
         if self.reduction:
@@ -273,7 +273,7 @@ def _in_blocks(b, n, size, body, carried):
     return body(I64(full * size), rest, carried) if rest else carried
 
 
-def _bits(dtype, value):
+def const_bits(dtype, value):
     """A constant as the bytes it has in its dtype (so -0.0 and 0.0, or NaN payloads, differ)."""
     return np.asarray(value, dtype=dtype).tobytes()
 

@@ -31,6 +31,7 @@ from burjit import primitives as P
 from burjit.graph import TIERS
 
 from .emitter import Emitter
+from .program import const_bits
 from .types import I8, I32, I64, ITEMSIZE, REG, const
 
 TAPE_ENTRIES = 4096  # auto tier: larger 0-d Programs run on the tape (README "Compile cost")
@@ -155,21 +156,19 @@ class Tape:
 
 def _baked(v):
     """A constant operand as its opcode holds it: dtype and bytes (so -0.0 and 0.0 differ)."""
-    return ("const", v[1], np.asarray(v[2], dtype=v[1]).tobytes())
+    return ("const", v[1], const_bits(v[1], v[2]))
 
 
 def _allocate(ops, code):
     """(records as an int32 array ending in `end`, registers used): each value a register, freed
     after its last reader (a record may write the register its operand just freed)."""
-    last = {}
-    for t, (_, _, _, fields) in enumerate(ops):
-        for v in _reads(ops[t]):
-            last[v] = t
+    read = [_reads(op) for op in ops]
+    last = {v: t for t, vs in enumerate(read) for v in vs}
     free, reg, top = [], {}, 0
     records = np.zeros((len(ops) + 1, 5), dtype=np.int32)
     for t, (_, i, key, fields) in enumerate(ops):
-        reads = [reg[v] for v in _reads(ops[t])]
-        for v in dict.fromkeys(_reads(ops[t])):  # x * x frees x once
+        reads = [reg[v] for v in read[t]]
+        for v in dict.fromkeys(read[t]):  # x * x frees x once
             if last[v] == t:
                 free.append(reg[v])
         row = [code[key]]
