@@ -3,6 +3,7 @@
 `grad(f)` traces f on fresh `id` nodes of its arguments, then walks the recorded nodes from
 the output back to those arguments, appending each op's VJP (written in traced ops) to the
 same graph. There is no runtime tape: the adjoint is ordinary graph, compiled with the rest.
+A loss recorded in a scalar region (region.py) is walked back inside that region first.
 Called outside a trace, grad compiles itself with the reference backend and runs eagerly.
 """
 
@@ -10,7 +11,7 @@ import functools
 
 from . import ops as F
 from . import primitives as P
-from . import pytree
+from . import pytree, region
 from .errors import TracingError
 from .tracer import Tracer, bind, current_trace, describe, user_src
 
@@ -78,13 +79,18 @@ def backward(out, wrt):
         return []
     graph = out.trace.graph
     wrt_nodes = {x.node for x in wrt}
-    # Nodes on a path wrt -> out. Node ids grow while tracing, so id order is topological.
+    # Nodes on a path from wrt. Node ids grow while tracing, so id order is topological.
     live = set(wrt_nodes)
-    for n in range(min(wrt_nodes), out.node + 1):
+    for n in range(min(wrt_nodes), graph._next):
         if n in graph.nx and any(o in live for o in graph.operands(n)):
             live.add(n)
-    needed = {out.node}
-    for n in range(out.node, min(wrt_nodes) - 1, -1):
+    if region.recording(out):  # a scalar loss: its region's records are walked back in place
+        seeds = region.backward(out, lambda nodes: [n in live for n in nodes])
+    else:
+        seeds = {out.node: F.ones_like(out)}
+    ct = {n: c for n, c in seeds.items() if n in live}
+    needed = set(ct)
+    for n in range(max(ct, default=-1), min(wrt_nodes) - 1, -1):
         if n in needed:
             needed.update(o for o in graph.operands(n) if o in live)
     active = live & needed
@@ -96,7 +102,6 @@ def backward(out, wrt):
             tracers[n] = Tracer(out.trace, n, a["shape"], a["dtype"])
         return tracers[n]
 
-    ct = {out.node: F.ones_like(out)}
     for n in sorted(active - wrt_nodes, reverse=True):  # wrt nodes keep their accumulated cotangent
         g = ct.pop(n, None)
         a = graph[n]

@@ -21,6 +21,7 @@ import gc
 import hashlib
 import heapq
 import math
+import os
 
 import networkx as nx
 import numpy as np
@@ -28,6 +29,14 @@ import numpy as np
 from .primitives import ITEMSIZE
 
 TIERS = ("auto", "straight", "tape")
+
+
+def tier(requested=None):
+    """The tier a step asked for (compile(tier=...)), else $BURJIT_TIER, else 'auto'."""
+    t = requested or os.environ.get("BURJIT_TIER", "auto") or "auto"
+    if t not in TIERS:
+        raise ValueError(f"BURJIT_TIER={t!r}; known: {', '.join(TIERS)}")
+    return t
 _SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "b1"}
 
 

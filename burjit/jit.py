@@ -22,7 +22,7 @@ import numpy as np
 
 from . import pytree
 from .errors import TracingError
-from .graph import TIERS, collector_paused, value_key
+from .graph import TIERS, collector_paused, tier as graph_tier, value_key
 from .tracer import Trace, Tracer, bind, check_dtype, lift
 
 BACKENDS = {}  # name -> (build, default pass names or None for the pipeline's default)
@@ -217,7 +217,7 @@ class CompiledFunction:
         return Lowered(graph, build(graph), out_tree)
 
     def _trace(self, args, arrays):
-        with Trace() as t:
+        with Trace(graph_tier(self.tier)) as t:
             g = t.graph
             traced, in_leaf_pos, k = [], {}, 0
             static, _ = self._positions(len(args))

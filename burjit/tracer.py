@@ -58,10 +58,12 @@ def describe(src):
 
 
 class Trace:
-    """One active recording. Traces nest (a step that calls grad traces into the same graph)."""
+    """One active recording. Traces nest (a step that calls grad traces into the same graph).
+    `regions`: the open scalar region of each float dtype (region.py); `tier` as compile() got it."""
 
-    def __init__(self):
+    def __init__(self, tier="auto"):
         self.graph = Graph()
+        self.regions, self.tier = {}, tier
 
     def __enter__(self):
         _stack().append(self)
@@ -97,6 +99,10 @@ def bind(op, operands, **attrs):
         shape, dtype = prim.infer([(o.shape, o.dtype) for o in operands], attrs)
     except ShapeError as e:
         raise ShapeError(f"{describe(src)}\n  {e}") from None
+    if shape == () and op in _R.OPS:
+        t = _R.record(trace, op, operands, attrs, dtype, src)
+        if t is not None:
+            return t
     node = trace.graph.add(op, [o.node for o in operands], shape, dtype, attrs, src)
     return Tracer(trace, node, tuple(shape), dtype)
 
@@ -249,3 +255,4 @@ _FUNCTIONS = {n: n for n in ("sum", "mean", "max", "min", "where", "concatenate"
 _FUNCTIONS.update(amax="max", amin="min")
 
 from . import ops as _F  # noqa: E402  (ops builds on Tracer; Tracer's operators call into ops)
+from . import region as _R  # noqa: E402  (regions are Tracers too)

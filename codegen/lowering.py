@@ -289,13 +289,19 @@ class Lowering:
 
     def _tapes(self):
         which, found = tape.tier(self.graph), {}
-        if which == "straight":
-            return found
+        constant = lambda node, k: self.constant_value(node).ravel()[k].item()  # noqa: E731
         for gi, group in enumerate(self.schedule):
-            if self.graph[group[-1]]["shape"] != () or not self._located(group) or not self._plain(group):
+            if self.graph[group[-1]]["op"] == "region":
+                found[gi] = t = tape.Tape.of_region(self, group[-1], constant)
+                if t.table is None:  # region.py keeps regions whose opcodes would not fit out of the graph
+                    raise ValueError(f"a scalar region needs more than {tape.MAX_OPCODES} opcodes or an arena "
+                                     "offset past 2 GiB; run it with tier='straight'")
+                continue
+            if which == "straight" or self.graph[group[-1]]["shape"] != () or not self._located(group) \
+                    or not self._plain(group):
                 continue
             p = self._plain_program(group)
-            t = tape.Tape(p, lambda node, k: self.constant_value(node).ravel()[k].item()) if tape.wanted(p, which) else None
+            t = tape.Tape.of_program(p, constant) if tape.wanted(p, which) else None
             if t is not None and t.table is not None:
                 found[gi] = t
             else:
@@ -316,11 +322,10 @@ class Lowering:
         head = group[-1]
         a = g[head]
         kind = P.PRIMITIVES[a["op"]].kind
-        if self._plain(group):
-            if gi in self.tapes:
-                self._run_tape(b, gi, self.tapes[gi])
-            else:
-                self._run(b, [self._programs.pop(gi, None) or self._plain_program(group)])
+        if gi in self.tapes:
+            self._run_tape(b, gi, self.tapes[gi])
+        elif self._plain(group):
+            self._run(b, [self._programs.pop(gi, None) or self._plain_program(group)])
         elif reduce:
             (r,) = reduce
             (x,) = g.operands(r)

@@ -22,13 +22,12 @@ The interpreter is a kernel like the others (lowering.py): its identity is its o
 so it is built once per op set, compiled in the compile servers and cached on disk.
 """
 
-import os
 
 import numpy as np
 from llvmlite import ir
 
 from burjit import primitives as P
-from burjit.graph import TIERS
+from burjit.graph import tier as graph_tier
 
 from .emitter import Emitter
 from .program import const_bits
@@ -43,10 +42,7 @@ PTR = ir.PointerType()
 def tier(graph):
     """The graph's meta["tier"] (compile(tier=...)), else BURJIT_TIER: 'auto' (default),
     'straight' or 'tape' (every 0-d program with an op)."""
-    t = graph.meta.get("tier") or os.environ.get("BURJIT_TIER", "auto") or "auto"
-    if t not in TIERS:
-        raise ValueError(f"BURJIT_TIER={t!r}; known: {', '.join(TIERS)}")
-    return t
+    return graph_tier(graph.meta.get("tier"))
 
 
 def wanted(program, which):
@@ -58,19 +54,20 @@ def wanted(program, which):
 
 
 class Tape:
-    """A 0-d Program as records; `table` (the interpreter's identity) is None if the program
-    needs more than MAX_OPCODES opcodes or a byte offset past int32: it stays straight-line code."""
+    """Entries in a Program's form (and stores) as records; `table` (the interpreter's identity) is
+    None if they need more than MAX_OPCODES opcodes or a byte offset past int32: they stay
+    straight-line code. Built from a 0-d Program (`of_program`) or a region node (`of_region`)."""
 
-    def __init__(self, program, constant):
-        """constant(node, element) -> a constant node's element (a load from a 'global' ref)."""
-        g, entries = program.g, program.entries
+    def __init__(self, entries, stores, info, constant):
+        """info(entry's node) -> (primitive name, attrs, dtype) of an 'op' entry; constant(node,
+        element) -> a constant node's element (a load from a 'global' ref)."""
         value, dtype_of, depth, keys, ops = {}, {}, {}, {}, []
         for i, ent in enumerate(entries):  # what each entry is: ("const", dtype, v) or a register
             tag = ent[0]
             if tag == "alias":
                 value[i], depth[i], dtype_of[i] = value[ent[1]], depth[ent[1]], dtype_of[ent[1]]
                 continue
-            dtype_of[i] = g[ent[1]]["dtype"] if tag == "op" else ent[2] if tag == "load" else ent[1]
+            dtype_of[i] = info(ent[1])[2] if tag == "op" else ent[2] if tag == "load" else ent[1]
             if tag in ("const", "iota"):
                 value[i], depth[i] = ("const", ent[1], ent[2] if tag == "const" else ent[2][0]), 0
             elif tag == "load" and ent[1][0] == "global":
@@ -79,17 +76,17 @@ class Tape:
                 value[i], depth[i] = ("reg", i), 0
                 ops.append((0, i, ("load", ent[2]), (ent[1][1], ent[1][2] + ent[3][0] * ITEMSIZE[ent[2]])))
             else:
-                a = g[ent[1]]
+                op, attrs, dtype = info(ent[1])
                 args = [value[k] for k in ent[2]]
                 spec = tuple(("reg", dtype_of[k]) if v[0] == "reg" else _baked(v) for k, v in zip(ent[2], args))
-                key = ("op", a["op"], repr(sorted(a["attrs"].items())) if a["attrs"] else "[]", spec, a["dtype"])
-                keys.setdefault(key, a["attrs"])
+                key = ("op", op, repr(sorted(attrs.items())) if attrs else "[]", spec, dtype)
+                keys.setdefault(key, attrs)
                 value[i] = ("reg", i)
                 regs = [v[1] for v in args if v[0] == "reg"]
                 depth[i] = 1 + max(map(depth.__getitem__, regs), default=-1)
                 ops.append((depth[i], i, key, regs))
         last = max(depth.values(), default=0) + 1
-        for j, (ref, dtype, affine, entry) in enumerate(program.stores):
+        for j, (ref, dtype, affine, entry) in enumerate(stores):
             where = (ref[1], ref[2] + affine[0] * ITEMSIZE[dtype])
             v = value[entry]
             if v[0] == "reg":
@@ -109,6 +106,36 @@ class Tape:
         code = {k: c + 1 for c, k in enumerate(self.table)}
         ops.sort(key=lambda o: (o[0], code[o[2]], o[1]))
         self.records, self.registers = _allocate(ops, code)
+
+    @classmethod
+    def of_program(cls, program, constant):
+        g = program.g
+        return cls(program.entries, program.stores, lambda n: (g[n]["op"], g[n]["attrs"], g[n]["dtype"]), constant)
+
+    @classmethod
+    def of_region(cls, ctx, node, constant):
+        """A region node (burjit/region.py): loads of its imports, the records its outputs need, a
+        store of each output; ctx.ref(node) says where a graph value's bytes are."""
+        g = ctx.graph
+        r, outputs = g[node]["attrs"]["region"], g[node]["attrs"]["outputs"]
+        imports, ops, args = g.operands(node), r.ops, r.args
+        need, stack = bytearray(len(r)), list(outputs)
+        while stack:
+            v = stack.pop()
+            if not need[v]:
+                need[v] = 1
+                if ops[v] is not None:
+                    stack.extend(args[v])
+        entry, entries = {}, []
+        for v in range(max(outputs, default=-1) + 1):
+            if need[v]:
+                op = ops[v]
+                entry[v] = len(entries)
+                entries.append(("load", ctx.ref(imports[args[v][0]]), r.dtypes[v], (0,)) if op is None else
+                               ("const", r.dtypes[v], r.attrs[v]["value"]) if op == "const" else
+                               ("op", v, [entry[a] for a in args[v]]))
+        stores = [(ctx.ref(node), r.dtype, (j,), entry[v]) for j, v in enumerate(outputs)]
+        return cls(entries, stores, lambda v: (ops[v], r.attrs[v], r.dtypes[v]), constant)
 
     def interpreter(self, b, argv, records, regs):
         """The loop over records, at b's position (a kernel's body: lowering returns 0 after it)."""

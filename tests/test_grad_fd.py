@@ -176,6 +176,7 @@ def test_every_differentiable_primitive_is_covered():
     covered = {"neg", "exp", "log", "tanh", "sqrt", "abs", "sigmoid", "add", "sub", "mul", "div", "pow",
                "maximum", "minimum", "where", "convert", "id", "reduce_sum", "reduce_max", "broadcast_to",
                "reshape", "transpose", "slice", "pad", "concatenate", "take", "matmul", "stop_gradient",
-               "sign", "scatter_add", "softplus", "log1p"}
+               "sign", "scatter_add", "softplus", "log1p",
+               "region"}  # tests/test_region.py: finite differences through closed scalar regions
     from burjit.primitives import PRIMITIVES
     assert {n for n, p in PRIMITIVES.items() if p.vjp} <= covered

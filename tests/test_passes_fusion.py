@@ -87,13 +87,15 @@ def test_forward_and_adjoint_share_a_kernel():
 
 
 def test_scalar_program_is_one_straight_line_kernel():
+    """(Tier 'straight': in the others a scalar program this large is one region node, test_region.py.)"""
     def loss(w, x):
         acc = w[0] * 0.0
         for i in range(len(w) - 1):
             acc = acc + F.tanh(w[i] * x + w[i + 1]) * F.relu(w[i])
         return acc * acc
     ws = [np.float64(0.01 * i) for i in range(300)]
-    graph, _ = traced(lambda w, x: burjit.value_and_grad(loss)(w, x), (ws, np.float64(0.5)))
+    graph = burjit.compile(lambda w, x: burjit.value_and_grad(loss)(w, x), backend="reference", passes=[],
+                           tier="straight").graph(ws, np.float64(0.5))
     fused = pipeline.run(graph, ["simplify", "fuse"])
     assert len(fused.meta["groups"]) == 1 and len(fused.meta["groups"][0]) > 3000
 

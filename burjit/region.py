@@ -1,0 +1,266 @@
+"""Scalar regions: a run of 0-d ops recorded into flat lists, held by the graph as one node.
+
+Why: a networkx node costs ~1.3 kB and tens of microseconds through tracing and the passes,
+and a scalar (micrograd-style) program is nothing but such nodes (fastest_autograd, n = 10,000:
+227k nodes, 12 s and 750 MB before this). So `bind` records a 0-d op on floats, and the bools
+their comparisons make, into the trace's open Region of that float dtype: a few list appends.
+The values of a region are RegionTracers. Asking one for its graph `node` (an ordinary op
+reading it, a step output, grad's bookkeeping) closes the region:
+  * small (fewer than REGION_OPS ops), tier 'straight', or more distinct opcodes than a tape
+    holds: its records become ordinary graph nodes, the graph tracing built before regions;
+  * otherwise it stays compact: one `region` node whose operands are the graph values it
+    imports and whose value is the vector of the values read outside it; value v of the region
+    is `region[slot]` (slice + reshape), a bool one converted there and back.
+grad walks a region's records backwards with each op's VJP rule (`reverse`): into the open
+region itself when the loss is one of its values, else (the `region` primitive's VJP) into a
+copy of its records. The tape tier runs a region node (codegen/tape.py); the reference
+backend interprets its records with each primitive's numpy reference.
+"""
+
+import hashlib
+
+import numpy as np
+
+from . import primitives as P
+from .tracer import Tracer
+
+REGION_OPS = 4096     # a region of this many ops or more stays one node (README "Compile cost")
+MAX_OPCODES = 1000    # distinct opcodes a tape holds (its interpreter's switch), with room for loads/stores
+OPS = frozenset(n for n, p in P.PRIMITIVES.items() if p.kind == "elementwise" and p.scalar and n != "id") | {"const"}
+_NONE = {}  # the attrs of every record without any
+
+
+class RegionTracer(Tracer):
+    """Value `index` of `region`; its graph `node` exists only once asked for."""
+
+    __slots__ = ("region", "index")
+
+    def __init__(self, trace, region, index, dtype):
+        self.trace, self.region, self.index, self.shape, self.dtype = trace, region, index, (), dtype
+
+    @property
+    def node(self):
+        return self.region.node_of(self.index)
+
+    def __repr__(self):
+        return f"Tracer(region value {self.index}, shape=(), dtype={self.dtype})"
+
+
+class Region:
+    """Records, one per value: ops[v] (None for an import, 'const', or a primitive name),
+    args[v] (operand values; an import's position in `imports`), attrs[v], dtypes[v], srcs[v]."""
+
+    def __init__(self, trace, dtype):
+        self.trace, self.dtype = trace, dtype
+        self.ops, self.args, self.attrs, self.dtypes, self.srcs = [], [], [], [], []
+        self.imports, self._imported = [], {}
+        self.is_open, self.nodes = True, None   # nodes: value -> graph node once expanded
+        self.node, self.outputs, self.slots, self._read = None, [], {}, {}
+        trace.regions[dtype] = self  # an open region it replaces closes when one of its values is read
+
+    def __len__(self):
+        return len(self.ops)
+
+    def __repr__(self):
+        return f"<region of {len(self)} values, sha {self.digest()[:12]}>"
+
+    def digest(self):
+        """Content hash (the graph's fingerprint reads it through repr): same records, same code."""
+        consts = [(v, _key(a)) for v, a in enumerate(self.attrs) if a]
+        return hashlib.sha256(repr((self.dtype, self.ops, self.args, self.dtypes, consts)).encode()).hexdigest()
+
+    # -- recording ------------------------------------------------------------------------------
+    def append(self, op, args, attrs, dtype, src):
+        v = len(self.ops)
+        self.ops.append(op)
+        self.args.append(args)
+        self.attrs.append(attrs or _NONE)
+        self.dtypes.append(dtype)
+        self.srcs.append(src)
+        return v
+
+    def operand(self, t):
+        """The value standing for Tracer t here: its own, or t's graph node imported."""
+        if type(t) is RegionTracer and t.region is self:
+            return t.index
+        node = t.node
+        v = self._imported.get(node)
+        if v is None:
+            v = self._imported[node] = self.append(None, (len(self.imports),), None, t.dtype, None)
+            self.imports.append(node)
+        return v
+
+    def value(self, v):
+        return RegionTracer(self.trace, self, v, self.dtypes[v])
+
+    # -- leaving the region ---------------------------------------------------------------------
+    def node_of(self, v):
+        if self.is_open:
+            self.close()
+        if self.nodes is not None:
+            return self.nodes[v]
+        node = self._read.get(v)
+        if node is None:
+            node = self._read[v] = self._export(v)
+        return node
+
+    def close(self):
+        self.is_open = False
+        if self.trace.regions.get(self.dtype) is self:
+            del self.trace.regions[self.dtype]
+        ops = sum(op is not None and op != "const" for op in self.ops)
+        tier = self.trace.tier
+        if tier == "straight" or not ops or (tier != "tape" and ops < REGION_OPS) or self._opcodes() > MAX_OPCODES:
+            self._expand()
+
+    def _opcodes(self):
+        """Distinct opcodes of the tape of these records: (op, attrs, operand kinds; constant
+        operands by value), as codegen/tape.py bakes them."""
+        keys = set()
+        for v, op in enumerate(self.ops):
+            if op is not None and op != "const":
+                keys.add((op, _key(self.attrs[v]), self.dtypes[v], tuple(
+                    _key(self.attrs[a]) if self.ops[a] == "const" else self.dtypes[a] for a in self.args[v])))
+        return len(keys) + 2 * len(set(self.dtypes))  # and a load and a store per dtype
+
+    def _expand(self):
+        g, nodes = self.trace.graph, []
+        for op, args, attrs, dtype, src in zip(self.ops, self.args, self.attrs, self.dtypes, self.srcs):
+            nodes.append(self.imports[args[0]] if op is None else
+                         g.add(op, [nodes[a] for a in args], (), dtype, attrs, src))
+        self.nodes = nodes
+
+    def _export(self, v):
+        """Graph node of value v of a compact region: an element of the region node's value."""
+        from . import ops as F
+        w = v if self.dtypes[v] == self.dtype else self.append("convert", (v,), {"dtype": self.dtype}, self.dtype,
+                                                              self.srcs[v])
+        if self.node is None:  # first export, or the last node was differentiated (its outputs are final)
+            self.outputs, self.slots = [], {}
+            self.node = self.trace.graph.add("region", list(self.imports), (0,), self.dtype,
+                                             {"region": self, "outputs": self.outputs}, self.srcs[-1])
+        slot = self.slots.get(w)
+        if slot is None:
+            slot = self.slots[w] = len(self.outputs)
+            self.outputs.append(w)
+            self.trace.graph[self.node]["shape"] = (len(self.outputs),)
+        vec = Tracer(self.trace, self.node, (len(self.outputs),), self.dtype)
+        x = F.reshape(F.bind("slice", [vec], starts=(slot,), steps=(1,), shape=(1,)), ())
+        if w == v:
+            return x.node
+        # not F.astype: a 0-d convert would be recorded into this dtype's open region
+        return self.trace.graph.add("convert", [x.node], (), self.dtypes[v], {"dtype": self.dtypes[v]}, self.srcs[v])
+
+    def freeze(self, outputs):
+        """A VJP read the node with `outputs`: later exports go to a new node (shapes stay put)."""
+        if outputs is self.outputs:
+            self.node = None
+
+
+def record(trace, op, operands, attrs, dtype, src):
+    """RegionTracer of op(*operands) recorded in a region, or None when it is a graph node."""
+    if trace.tier == "straight":
+        return None
+    if dtype in P.FLOATS:
+        home = dtype
+    else:  # a comparison or logical op: a float operand, or a region operand, says where it goes
+        home = next((o.dtype for o in operands if o.dtype in P.FLOATS), None)
+        if home is None:
+            home = next((o.region.dtype for o in operands if recording(o)), None)
+            if home is None or dtype != "bool":
+                return None
+    for o in operands:
+        if o.shape != () or (o.dtype != home and o.dtype != "bool"):
+            return None
+    r = trace.regions.get(home) or Region(trace, home)
+    args = tuple(r.operand(o) for o in operands)  # imports close other regions only, never r
+    return r.value(r.append(op, args, attrs, dtype, src))
+
+
+def reverse(r, top, seeds, import_needs):
+    """Cotangents of r's imports, walking records [0, top) of the open region r backwards from
+    `seeds` (value -> cotangent). Each VJP rule runs on r's values, so adjoints record into r.
+    import_needs[i]: whether import i wants a cotangent (it depends on what grad is taken of)."""
+    from . import ops as F
+    ops, args = r.ops, r.args
+    live = bytearray(top)  # value depends on an import that wants a cotangent
+    for v in range(top):
+        op = ops[v]
+        if op is None:
+            live[v] = import_needs[args[v][0]]
+        elif op != "const":
+            live[v] = any(live[a] for a in args[v])
+    ct, out = dict(seeds), [None] * len(r.imports)
+    for v in range(top - 1, -1, -1):
+        g = ct.pop(v, None)
+        if g is None or not live[v]:
+            continue
+        op, xs = ops[v], args[v]
+        if op is None:
+            out[xs[0]] = g
+            continue
+        prim = P.PRIMITIVES[op]
+        if prim.vjp is None:
+            continue
+        needs = [bool(live[a]) for a in xs]
+        cts = prim.vjp(F, g, r.value(v), [r.value(a) for a in xs], needs, r.attrs[v])
+        for a, c, need in zip(xs, cts, needs):
+            if need and c is not None:
+                ct[a] = ct[a] + c if a in ct else c
+    return out
+
+
+def recording(t):
+    """Whether t is a value of the region its dtype records into now (grad can extend it)."""
+    return type(t) is RegionTracer and t.trace.regions.get(t.region.dtype) is t.region
+
+
+def backward(out, import_needs_of):
+    """For a loss that is `recording`: {graph node: cotangent} of its region's imports."""
+    r = out.region
+    from . import ops as F
+    cts = reverse(r, out.index + 1, {out.index: F.ones_like(out)}, import_needs_of(r.imports))
+    return {n: c for n, c in zip(r.imports, cts) if c is not None}
+
+
+# -- the `region` primitive -----------------------------------------------------------------------
+
+def _infer(avals, attrs):
+    return (len(attrs["outputs"]),), attrs["region"].dtype
+
+
+def evaluate(*imports, region, outputs):
+    """numpy reference: each record by its primitive's reference, in its dtype."""
+    r, vals = region, []
+    with np.errstate(all="ignore"):
+        for op, args, attrs, dtype in zip(r.ops, r.args, r.attrs, r.dtypes):
+            if op is None:
+                vals.append(np.asarray(imports[args[0]], dtype=dtype))
+            elif op == "const":
+                vals.append(np.asarray(attrs["value"], dtype=dtype))
+            else:
+                vals.append(np.asarray(P.PRIMITIVES[op].ref(*[vals[a] for a in args], **attrs), dtype=dtype))
+            if len(vals) > max(outputs, default=-1):
+                break
+    return np.array([vals[v] for v in outputs], dtype=r.dtype).reshape(len(outputs))
+
+
+def _vjp(F, g, out, xs, needs, attrs):
+    """A copy of the records, open, walked back from the cotangent of each output."""
+    src, outputs = attrs["region"], attrs["outputs"]
+    src.freeze(outputs)
+    r = Region(out.trace, src.dtype)
+    for name in ("ops", "args", "attrs", "dtypes", "srcs"):
+        setattr(r, name, list(getattr(src, name)))
+    r.imports, r._imported = list(src.imports), dict(src._imported)
+    top = len(r)
+    seeds = {v: r.value(r.operand(g[j])) for j, v in enumerate(outputs)}
+    return reverse(r, top, seeds, needs)
+
+
+def _key(attrs):
+    from .graph import value_key
+    return tuple((k, value_key(v)) for k, v in sorted(attrs.items())) if attrs else ()
+
+
+P._register(P.Primitive("region", "region", _infer, evaluate, _vjp))

@@ -1,0 +1,151 @@
+"""Scalar regions (burjit/region.py): a large scalar program is one graph node holding flat
+records; small ones, tier 'straight' and regions with too many opcodes become plain nodes; every
+way of reading a region's values (outputs, tensor ops, later regions, grad) gives the reference's
+values and straight-line code's bits."""
+
+import numpy as np
+import pytest
+
+import burjit
+from burjit import ops as F
+from burjit import region
+from burjit.codegen import tape
+
+from test_grad_fd import check
+
+
+def _chain(n):
+    def f(x):
+        xs = [x[0], x[1], x[2]]
+        v = xs[0]
+        for i in range(n):
+            v = F.tanh(v * 1.01 + xs[i % 3]) + F.maximum(v, 0.0) * 0.5
+        return v
+    return burjit.value_and_grad(f)
+
+
+def _ops(graph):
+    return [graph[n]["op"] for n in graph.nx.nodes]
+
+
+def test_a_large_scalar_program_is_one_region_node(monkeypatch):
+    monkeypatch.delenv("BURJIT_TIER", raising=False)
+    x = np.array([0.1, 0.2, 0.3])
+    big = burjit.compile(_chain(region.REGION_OPS // 4), backend="reference", passes=[])
+    ops = _ops(big.graph(x))
+    assert ops.count("region") == 1 and len(ops) < 60  # the 3 inputs' slices, the region, its outputs
+    small = burjit.compile(_chain(10), backend="reference", passes=[])
+    assert "region" not in _ops(small.graph(x))
+    line = burjit.compile(_chain(region.REGION_OPS // 4), backend="reference", passes=[], tier="straight")
+    assert "region" not in _ops(line.graph(x)) and len(line.graph(x)) > region.REGION_OPS
+    np.testing.assert_array_equal(big(x)[1], line(x)[1])
+    assert "region of" in str(big.graph(x))
+
+
+def test_a_large_region_runs_on_the_tape_with_straight_line_bits(monkeypatch):
+    monkeypatch.delenv("BURJIT_TIER", raising=False)
+    x = np.array([0.1, -0.2, 0.3])
+    taped, line = burjit.compile(_chain(region.REGION_OPS // 4)), burjit.compile(_chain(region.REGION_OPS // 4), tier="straight")
+    (v1, g1), (v2, g2) = taped(x), line(x)
+    assert taped.stats(x)["tapes"] and not line.stats(x)["tapes"]
+    assert np.asarray(v1).tobytes() == np.asarray(v2).tobytes() and g1.tobytes() == g2.tobytes()
+    assert taped.memory_plan(x)["tape_bytes"] > 0
+
+
+def _interleaved(x, f32=False):
+    """Scalars, a tensor op reading them (closes the region), a new region reading old values,
+    comparisons, and (f32) a float32 region beside the float64 one."""
+    s = [x[i] * x[(i + 1) % 4] + F.tanh(x[i]) for i in range(4)]
+    v = F.concatenate([F.reshape(t, (1,)) for t in s])
+    m = F.sum(v * v)
+    u = F.sigmoid(m) * s[0] + s[3] ** 2.0 + F.where(s[1] > 0.1, s[2], -s[2])
+    w = F.astype(F.astype(u, "float32") * np.float32(1.5) + F.astype(s[1], "float32"), "float64") if f32 else u * 1.5 + s[1]
+    return u + w * (s[2] < 0.0)
+
+
+def _np_interleaved(x):
+    s = [x[i] * x[(i + 1) % 4] + np.tanh(x[i]) for i in range(4)]
+    m = np.sum(np.square(s))
+    u = 1 / (1 + np.exp(-m)) * s[0] + s[3] ** 2.0 + np.where(s[1] > 0.1, s[2], -s[2])
+    w = u * 1.5 + s[1]
+    return u + w * (s[2] < 0.0)
+
+
+@pytest.mark.parametrize("backend", ["reference", "native"])
+def test_gradients_through_closed_regions_against_finite_differences(backend, monkeypatch):
+    monkeypatch.setenv("BURJIT_TIER", "tape")  # every region compact, however small
+    graph = burjit.compile(burjit.value_and_grad(_interleaved), backend="reference", passes=[])
+    assert _ops(graph.graph(np.zeros(4) + 0.5)).count("region") >= 2
+    for x in ([0.3, -1.2, 0.7, 0.1], [-0.4, 0.9, -0.8, 1.3]):
+        check(_interleaved, _np_interleaved, (np.array(x),), backend, rtol=1e-6, atol=1e-6)
+
+
+def test_every_tier_gives_the_same_values(monkeypatch):
+    monkeypatch.delenv("BURJIT_TIER", raising=False)
+    x = np.array([0.3, -1.2, 0.7, 0.1])
+    f = burjit.value_and_grad(lambda x: _interleaved(x, f32=True))
+    want = burjit.compile(f, backend="reference", tier="straight")(x)
+    for tier in ("auto", "straight", "tape"):
+        for backend in ("reference", "native"):
+            got = burjit.compile(f, backend=backend, tier=tier)(x)
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+            np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+
+def test_nested_grad_and_grad_of_a_region_value(monkeypatch):
+    monkeypatch.setenv("BURJIT_TIER", "tape")
+    x = np.array([0.4, -0.3])
+
+    def inner(y):
+        return F.exp(y[0]) * y[1] + F.softplus(y[1] * y[0])
+
+    def outer(x):
+        g = burjit.grad(inner)(x)
+        return g[0] * g[1] + F.tanh(g[0])
+    got = burjit.compile(burjit.grad(outer))(x)
+    want = burjit.compile(burjit.grad(outer), backend="reference", tier="straight")(x)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    got = burjit.compile(burjit.grad(lambda a, b: burjit.grad(lambda t: t * t * a)(b) * a))(np.float64(1.5), np.float64(2.0))
+    assert got == pytest.approx(4 * 1.5 * 2.0)  # d/da (2ab * a)
+
+
+def test_a_region_needing_too_many_opcodes_becomes_plain_nodes(monkeypatch):
+    monkeypatch.setenv("BURJIT_TIER", "tape")
+    monkeypatch.setattr(region, "MAX_OPCODES", 4)
+    step = burjit.compile(_chain(20), backend="reference", passes=[])
+    x = np.array([0.1, 0.2, 0.3])
+    assert "region" not in _ops(step.graph(x))
+    np.testing.assert_array_equal(step(x)[1], burjit.compile(_chain(20), backend="reference", tier="straight")(x)[1])
+    assert region.MAX_OPCODES <= tape.MAX_OPCODES  # the real limits: a compact region's tape fits
+
+
+def test_region_values_print_and_differ_by_content(monkeypatch):
+    monkeypatch.setenv("BURJIT_TIER", "tape")
+    seen = []
+
+    def f(x):
+        v = x[0] * 2.0 + x[1]
+        seen.append(repr(v))  # repr must not close the region (nothing read it yet)
+        assert v.region.is_open
+        return v * v
+    step = burjit.compile(f, backend="reference", passes=[])
+    step(np.array([1.0, 2.0]))
+    assert seen[0].startswith("Tracer(region value")
+    digest = {}
+    for scale in (2.0, 3.0, 2.0):
+        g = burjit.compile(lambda x: F.tanh(x[0] * scale) + x[1], backend="reference", passes=[]).graph(np.zeros(2))
+        (r,) = [g[n]["attrs"]["region"] for n in g.nx.nodes if g[n]["op"] == "region"]
+        digest.setdefault(scale, set()).add(r.digest())
+    assert len(digest[2.0]) == 1 and digest[2.0] != digest[3.0]
+
+
+def test_a_traced_error_in_a_region_names_the_users_line(monkeypatch):
+    monkeypatch.setenv("BURJIT_TIER", "tape")
+
+    def f(x):
+        v = F.tanh(x[0]) * x[1]
+        if v > 0:  # Python control flow on a traced scalar
+            return v
+        return -v
+    with pytest.raises(burjit.TracingError, match=r"test_region.py:\d+: if v > 0"):
+        burjit.compile(f)(np.array([1.0, 2.0]))
