@@ -22,6 +22,7 @@ import hashlib
 import numpy as np
 
 from . import primitives as P
+from .graph import value_key
 from .tracer import Tracer
 
 REGION_OPS = 4096     # a region of this many ops or more stays one node (README "Compile cost")
@@ -53,7 +54,7 @@ class Region:
     def __init__(self, trace, dtype):
         self.trace, self.dtype = trace, dtype
         self.ops, self.args, self.attrs, self.dtypes, self.srcs = [], [], [], [], []
-        self.imports, self._imported = [], {}
+        self.imports, self._imported, self._consts = [], {}, {}
         self.is_open, self.nodes = True, None   # nodes: value -> graph node once expanded
         self.node, self.outputs, self.slots, self._read = None, [], {}, {}
         trace.regions[dtype] = self  # an open region it replaces closes when one of its values is read
@@ -71,6 +72,12 @@ class Region:
 
     # -- recording ------------------------------------------------------------------------------
     def append(self, op, args, attrs, dtype, src):
+        if op == "const":  # one value per constant (x * 2.0 everywhere, the adjoints' ones and zeros)
+            key = (dtype, value_key(attrs["value"]))
+            v = self._consts.get(key)
+            if v is not None:
+                return v
+            self._consts[key] = len(self.ops)
         v = len(self.ops)
         self.ops.append(op)
         self.args.append(args)
@@ -115,13 +122,11 @@ class Region:
 
     def _opcodes(self):
         """Distinct opcodes of the tape of these records: (op, attrs, operand kinds; constant
-        operands by value), as codegen/tape.py bakes them."""
-        keys = set()
-        for v, op in enumerate(self.ops):
-            if op is not None and op != "const":
-                keys.add((op, _key(self.attrs[v]), self.dtypes[v], tuple(
-                    _key(self.attrs[a]) if self.ops[a] == "const" else self.dtypes[a] for a in self.args[v])))
-        return len(keys) + 2 * len(set(self.dtypes))  # and a load and a store per dtype
+        operands by value, and each constant is one value), as codegen/tape.py bakes them."""
+        ops, dtypes, consts = self.ops, self.dtypes, set(self._consts.values())
+        keys = {(ops[v], _key(self.attrs[v]), dtypes[v], tuple(a if a in consts else dtypes[a] for a in args))
+                for v, args in enumerate(self.args) if ops[v] is not None and ops[v] != "const"}
+        return len(keys) + 2 * len(set(dtypes))  # and a load and a store per dtype
 
     def _expand(self):
         g, nodes = self.trace.graph, []
@@ -190,23 +195,27 @@ def reverse(r, top, seeds, import_needs):
             live[v] = import_needs[args[v][0]]
         elif op != "const":
             live[v] = any(live[a] for a in args[v])
-    ct, out = dict(seeds), [None] * len(r.imports)
-    for v in range(top - 1, -1, -1):
-        g = ct.pop(v, None)
-        if g is None or not live[v]:
-            continue
-        op, xs = ops[v], args[v]
-        if op is None:
-            out[xs[0]] = g
-            continue
-        prim = P.PRIMITIVES[op]
-        if prim.vjp is None:
-            continue
-        needs = [bool(live[a]) for a in xs]
-        cts = prim.vjp(F, g, r.value(v), [r.value(a) for a in xs], needs, r.attrs[v])
-        for a, c, need in zip(xs, cts, needs):
-            if need and c is not None:
-                ct[a] = ct[a] + c if a in ct else c
+    ct, out, trace = dict(seeds), [None] * len(r.imports), r.trace
+    try:
+        for v in range(top - 1, -1, -1):
+            g = ct.pop(v, None)
+            if g is None or not live[v]:
+                continue
+            op, xs = ops[v], args[v]
+            if op is None:
+                out[xs[0]] = g
+                continue
+            prim = P.PRIMITIVES[op]
+            if prim.vjp is None:
+                continue
+            needs = [bool(live[a]) for a in xs]
+            trace.src = r.srcs[v]  # an adjoint op is the user's line of the op it differentiates
+            cts = prim.vjp(F, g, r.value(v), [r.value(a) for a in xs], needs, r.attrs[v])
+            for a, c, need in zip(xs, cts, needs):
+                if need and c is not None:
+                    ct[a] = ct[a] + c if a in ct else c
+    finally:
+        trace.src = None
     return out
 
 
@@ -259,7 +268,6 @@ def _vjp(F, g, out, xs, needs, attrs):
 
 
 def _key(attrs):
-    from .graph import value_key
     return tuple((k, value_key(v)) for k, v in sorted(attrs.items())) if attrs else ()
 
 

@@ -59,11 +59,12 @@ def describe(src):
 
 class Trace:
     """One active recording. Traces nest (a step that calls grad traces into the same graph).
-    `regions`: the open scalar region of each float dtype (region.py); `tier` as compile() got it."""
+    `regions`: the open scalar region of each float dtype (region.py); `tier` as compile() got it;
+    `src`, when set, the file:line new nodes get (grad sets it to the line of the op it differentiates)."""
 
     def __init__(self, tier="auto"):
         self.graph = Graph()
-        self.regions, self.tier = {}, tier
+        self.regions, self.tier, self.src = {}, tier, None
 
     def __enter__(self):
         _stack().append(self)
@@ -94,7 +95,7 @@ def bind(op, operands, **attrs):
             raise TracingError(f"{describe(user_src())}\n  a traced value from another (finished) trace was used; "
                                "do not keep traced values in globals between steps")
     prim = P.PRIMITIVES[op]
-    src = user_src()
+    src = trace.src or user_src()
     try:
         shape, dtype = prim.infer([(o.shape, o.dtype) for o in operands], attrs)
     except ShapeError as e:

@@ -54,48 +54,13 @@ def wanted(program, which):
 
 
 class Tape:
-    """Entries in a Program's form (and stores) as records; `table` (the interpreter's identity) is
-    None if they need more than MAX_OPCODES opcodes or a byte offset past int32: they stay
-    straight-line code. Built from a 0-d Program (`of_program`) or a region node (`of_region`)."""
+    """Records run by the interpreter; `table` (its identity) is None if they need more than
+    MAX_OPCODES opcodes or a byte offset past int32: the program stays straight-line code.
+    Built from a 0-d Program (`of_program`) or a region node (`of_region`)."""
 
-    def __init__(self, entries, stores, info, constant):
-        """info(entry's node) -> (primitive name, attrs, dtype) of an 'op' entry; constant(node,
-        element) -> a constant node's element (a load from a 'global' ref)."""
-        value, dtype_of, depth, keys, ops = {}, {}, {}, {}, []
-        for i, ent in enumerate(entries):  # what each entry is: ("const", dtype, v) or a register
-            tag = ent[0]
-            if tag == "alias":
-                value[i], depth[i], dtype_of[i] = value[ent[1]], depth[ent[1]], dtype_of[ent[1]]
-                continue
-            dtype_of[i] = info(ent[1])[2] if tag == "op" else ent[2] if tag == "load" else ent[1]
-            if tag in ("const", "iota"):
-                value[i], depth[i] = ("const", ent[1], ent[2] if tag == "const" else ent[2][0]), 0
-            elif tag == "load" and ent[1][0] == "global":
-                value[i], depth[i] = ("const", ent[2], constant(ent[1][1], ent[3][0])), 0
-            elif tag == "load":
-                value[i], depth[i] = ("reg", i), 0
-                ops.append((0, i, ("load", ent[2]), (ent[1][1], ent[1][2] + ent[3][0] * ITEMSIZE[ent[2]])))
-            else:
-                op, attrs, dtype = info(ent[1])
-                args = [value[k] for k in ent[2]]
-                spec = tuple(("reg", dtype_of[k]) if v[0] == "reg" else _baked(v) for k, v in zip(ent[2], args))
-                key = ("op", op, repr(sorted(attrs.items())) if attrs else "[]", spec, dtype)
-                keys.setdefault(key, attrs)
-                value[i] = ("reg", i)
-                regs = [v[1] for v in args if v[0] == "reg"]
-                depth[i] = 1 + max(map(depth.__getitem__, regs), default=-1)
-                ops.append((depth[i], i, key, regs))
-        last = max(depth.values(), default=0) + 1
-        for j, (ref, dtype, affine, entry) in enumerate(stores):
-            where = (ref[1], ref[2] + affine[0] * ITEMSIZE[dtype])
-            v = value[entry]
-            if v[0] == "reg":
-                ops.append((last, -1 - j, ("store", dtype), (v[1],) + where))
-            else:
-                key = ("op", "id", "[]", (_baked(v),), dtype)  # a constant stored: id of it
-                keys.setdefault(key, {})
-                ops.append((last, len(entries) + j, key, []))
-                ops.append((last + 1, -1 - j, ("store", dtype), (len(entries) + j,) + where))
+    def __init__(self, ops, keys):
+        """ops: (depth, value id, opcode key, fields) per record, in any order; keys: opcode key
+        -> the attrs its primitive's lowering takes."""
         for _, _, key, _ in ops:
             keys.setdefault(key, None)
         fits = all(0 <= f < 2 ** 31 for o in ops if o[2][0] in ("load", "store") for f in o[3])
@@ -109,8 +74,34 @@ class Tape:
 
     @classmethod
     def of_program(cls, program, constant):
-        g = program.g
-        return cls(program.entries, program.stores, lambda n: (g[n]["op"], g[n]["attrs"], g[n]["dtype"]), constant)
+        """constant(node, element) -> a constant node's element (a load from a 'global' ref)."""
+        g, entries = program.g, program.entries
+        value, dtype_of, depth, keys, ops = {}, {}, {}, {}, []
+        for i, ent in enumerate(entries):  # what each entry is: ("const", dtype, v) or a register
+            tag = ent[0]
+            if tag == "alias":
+                value[i], depth[i], dtype_of[i] = value[ent[1]], depth[ent[1]], dtype_of[ent[1]]
+                continue
+            dtype_of[i] = g[ent[1]]["dtype"] if tag == "op" else ent[2] if tag == "load" else ent[1]
+            if tag in ("const", "iota"):
+                value[i], depth[i] = _baked(ent[1], ent[2] if tag == "const" else ent[2][0]), 0
+            elif tag == "load" and ent[1][0] == "global":
+                value[i], depth[i] = _baked(ent[2], constant(ent[1][1], ent[3][0])), 0
+            elif tag == "load":
+                value[i], depth[i] = ("reg", i), 0
+                ops.append((0, i, ("load", ent[2]), (ent[1][1], ent[1][2] + ent[3][0] * ITEMSIZE[ent[2]])))
+            else:
+                a = g[ent[1]]
+                args = [value[k] for k in ent[2]]
+                spec = tuple(("reg", dtype_of[k]) if v[0] == "reg" else v for k, v in zip(ent[2], args))
+                key = ("op", a["op"], repr(sorted(a["attrs"].items())) if a["attrs"] else "[]", spec, a["dtype"])
+                keys.setdefault(key, a["attrs"])
+                value[i] = ("reg", i)
+                regs = [v[1] for v in args if v[0] == "reg"]
+                depth[i] = 1 + max(map(depth.__getitem__, regs), default=-1)
+                ops.append((depth[i], i, key, regs))
+        _stores(ops, keys, program.stores, value.__getitem__, max(depth.values(), default=0) + 1, len(entries))
+        return cls(ops, keys)
 
     @classmethod
     def of_region(cls, ctx, node, constant):
@@ -118,24 +109,42 @@ class Tape:
         store of each output; ctx.ref(node) says where a graph value's bytes are."""
         g = ctx.graph
         r, outputs = g[node]["attrs"]["region"], g[node]["attrs"]["outputs"]
-        imports, ops, args = g.operands(node), r.ops, r.args
+        imports, names, args, attrs, dtypes = g.operands(node), r.ops, r.args, r.attrs, r.dtypes
         need, stack = bytearray(len(r)), list(outputs)
         while stack:
             v = stack.pop()
             if not need[v]:
                 need[v] = 1
-                if ops[v] is not None:
+                if names[v] is not None:
                     stack.extend(args[v])
-        entry, entries = {}, []
+        baked = [None] * len(r)  # a constant value's baked form; None for a register
+        depth, keys, memo, ops = [0] * len(r), {}, {}, []
         for v in range(max(outputs, default=-1) + 1):
-            if need[v]:
-                op = ops[v]
-                entry[v] = len(entries)
-                entries.append(("load", ctx.ref(imports[args[v][0]]), r.dtypes[v], (0,)) if op is None else
-                               ("const", r.dtypes[v], r.attrs[v]["value"]) if op == "const" else
-                               ("op", v, [entry[a] for a in args[v]]))
-        stores = [(ctx.ref(node), r.dtype, (j,), entry[v]) for j, v in enumerate(outputs)]
-        return cls(entries, stores, lambda v: (ops[v], r.attrs[v], r.dtypes[v]), constant)
+            if not need[v]:
+                continue
+            op = names[v]
+            if op is None:
+                ref = ctx.ref(imports[args[v][0]])
+                if ref[0] == "global":
+                    baked[v] = _baked(dtypes[v], constant(ref[1], 0))
+                else:
+                    ops.append((0, v, ("load", dtypes[v]), ref[1:]))
+            elif op == "const":
+                baked[v] = _baked(dtypes[v], attrs[v]["value"])
+            else:
+                xs = args[v]
+                spec = tuple(baked[a] or ("reg", dtypes[a]) for a in xs)
+                sig = (op, id(attrs[v]), spec, dtypes[v])  # one opcode key object per distinct op
+                key = memo.get(sig)
+                if key is None:
+                    key = memo[sig] = ("op", op, repr(sorted(attrs[v].items())) if attrs[v] else "[]", spec, dtypes[v])
+                    keys.setdefault(key, attrs[v])
+                regs = [a for a in xs if baked[a] is None]
+                depth[v] = d = 1 + max([depth[a] for a in regs]) if regs else 0
+                ops.append((d, v, key, regs))
+        stores = [(ctx.ref(node), r.dtype, (j,), v) for j, v in enumerate(outputs)]
+        _stores(ops, keys, stores, lambda v: baked[v] or ("reg", v), max(depth, default=0) + 1, len(r))
+        return cls(ops, keys)
 
     def interpreter(self, b, argv, records, regs):
         """The loop over records, at b's position (a kernel's body: lowering returns 0 after it)."""
@@ -181,9 +190,24 @@ class Tape:
         b.position_at_end(done)
 
 
-def _baked(v):
+def _baked(dtype, value):
     """A constant operand as its opcode holds it: dtype and bytes (so -0.0 and 0.0 differ)."""
-    return ("const", v[1], const_bits(v[1], v[2]))
+    return ("const", dtype, const_bits(dtype, value))
+
+
+def _stores(ops, keys, stores, spec, depth, fresh):
+    """Add the records storing each (ref, dtype, affine, value) of `stores` at `depth`; spec(value)
+    is ('reg', id) or its baked constant; a constant stored is an `id` of it first (ids from fresh)."""
+    for j, (ref, dtype, affine, entry) in enumerate(stores):
+        where = (ref[1], ref[2] + affine[0] * ITEMSIZE[dtype])
+        v = spec(entry)
+        if v[0] == "reg":
+            ops.append((depth, -1 - j, ("store", dtype), (v[1],) + where))
+        else:
+            key = ("op", "id", "[]", (v,), dtype)
+            keys.setdefault(key, {})
+            ops.append((depth, fresh + j, key, []))
+            ops.append((depth + 1, -1 - j, ("store", dtype), (fresh + j,) + where))
 
 
 def _allocate(ops, code):
@@ -191,26 +215,27 @@ def _allocate(ops, code):
     after its last reader (a record may write the register its operand just freed)."""
     read = [_reads(op) for op in ops]
     last = {v: t for t, vs in enumerate(read) for v in vs}
-    free, reg, top = [], {}, 0
-    records = np.zeros((len(ops) + 1, 5), dtype=np.int32)
+    free, reg, top, rows = [], {}, 0, []
     for t, (_, i, key, fields) in enumerate(ops):
-        reads = [reg[v] for v in read[t]]
-        for v in dict.fromkeys(read[t]):  # x * x frees x once
+        vs = read[t]
+        reads = [reg[v] for v in vs]
+        for v in (vs if len(vs) < 2 else dict.fromkeys(vs)):  # x * x frees x once
             if last[v] == t:
                 free.append(reg[v])
-        row = [code[key]]
         if key[0] == "store":
-            row += [0, reads[0], fields[1], fields[2]]
+            rows += (code[key], 0, reads[0], fields[1], fields[2])
+            continue
+        out = reg[i] = free.pop() if free else top
+        if out == top:
+            top += 1
+        if i not in last:  # never read (a value only a later program uses is stored)
+            free.append(out)
+        if key[0] == "load":
+            rows += (code[key], out, fields[0], fields[1], 0)
         else:
-            if free:
-                reg[i] = free.pop()
-            else:
-                reg[i], top = top, top + 1
-            if i not in last:  # never read (a value only a later program uses is stored)
-                free.append(reg[i])
-            row += [reg[i]] + (list(fields) + [0] if key[0] == "load" else reads + [0] * (3 - len(reads)))
-        records[t] = row
-    return records, top
+            rows += [code[key], out] + reads + [0] * (3 - len(reads))
+    rows += (0, 0, 0, 0, 0)
+    return np.array(rows, dtype=np.int32).reshape(-1, 5), top
 
 
 def _reads(op):
