@@ -54,6 +54,13 @@ def _broadcast_all(xs):
 
 
 def _elementwise(op, *xs, floating=False):
+    first = xs[0]
+    if isinstance(first, Tracer) and (first.dtype in P.FLOATS or not (floating or op in P.ELEMENTWISE_FLOAT_ONLY)):
+        for x in xs:  # the common case (every scalar op): operands of one shape and dtype, nothing to insert
+            if not isinstance(x, Tracer) or x.dtype != first.dtype or x.shape != first.shape:
+                break
+        else:
+            return bind(op, list(xs))
     like = next((x for x in xs if isinstance(x, Tracer)), None)
     xs = [lift(x, like) for x in xs]
     return bind(op, _broadcast_all(_promote(xs, floating or op in P.ELEMENTWISE_FLOAT_ONLY)))

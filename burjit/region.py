@@ -162,24 +162,62 @@ class Region:
             self.node = None
 
 
-def record(trace, op, operands, attrs, dtype, src):
-    """RegionTracer of op(*operands) recorded in a region, or None when it is a graph node."""
-    if trace.tier == "straight":
-        return None
-    if dtype in P.FLOATS:
-        home = dtype
-    else:  # a comparison or logical op: a float operand, or a region operand, says where it goes
-        home = next((o.dtype for o in operands if o.dtype in P.FLOATS), None)
-        if home is None:
-            home = next((o.region.dtype for o in operands if recording(o)), None)
-            if home is None or dtype != "bool":
-                return None
-    for o in operands:
-        if o.shape != () or (o.dtype != home and o.dtype != "bool"):
+def record(trace, op, operands, attrs, src):
+    """RegionTracer of op(*operands) recorded in a region, or None when it is a graph node.
+    Called for every scalar op a trace sees, so it reads each operand once and caches what the
+    registry says of an (op, operand dtypes) pair."""
+    if op == "const":
+        dtype = attrs["dtype"]
+        if attrs["shape"] != () or dtype not in P.FLOATS:
             return None
-    r = trace.regions.get(home) or Region(trace, home)
-    args = tuple(r.operand(o) for o in operands)  # imports close other regions only, never r
-    return r.value(r.append(op, args, attrs, dtype, src))
+        r = _open(trace, dtype)
+        return r.value(r.append(op, (), attrs, dtype, src))
+    for o in operands:
+        if o.shape:
+            return None
+    key = (op, *[o.dtype for o in operands])
+    rule = _RULES.get(key) if not attrs else None
+    if rule is None:
+        rule = _rule(op, key[1:], attrs)
+        if not attrs:
+            _RULES[key] = rule
+    dtype, home = rule
+    if not home:
+        if home is False:
+            return None
+        # a bool op on bools: it joins the region of a bool it reads, if that region records
+        home = next((o.region.dtype for o in operands if recording(o)), None) if dtype == "bool" else None
+        if home is None:
+            return None
+    r = _open(trace, home)
+    args = tuple([o.index if type(o) is RegionTracer and o.region is r else r.operand(o) for o in operands])
+    v = len(r.ops)
+    r.ops.append(op)
+    r.args.append(args)
+    r.attrs.append(attrs or _NONE)
+    r.dtypes.append(dtype)
+    r.srcs.append(src)
+    return RegionTracer(trace, r, v, dtype)
+
+
+_RULES = {}  # (op, operand dtypes) -> (result dtype, region float dtype or None), from the registry
+
+
+def _rule(op, dtypes, attrs):
+    """The registry's result dtype (its ShapeError if none) and the float dtype whose region the op
+    joins: a float result's or operand's, if every other operand has it or is a bool."""
+    dtype = P.PRIMITIVES[op].infer([((), d) for d in dtypes], attrs)[1]
+    home = dtype if dtype in P.FLOATS else next((d for d in dtypes if d in P.FLOATS), None)
+    if home is None:
+        return dtype, None if dtype == "bool" and all(d == "bool" for d in dtypes) else False
+    if dtype not in (home, "bool") or any(d != home and d != "bool" for d in dtypes):
+        return dtype, False
+    return dtype, home
+
+
+def _open(trace, dtype):
+    r = trace.regions.get(dtype)
+    return Region(trace, dtype) if r is None else r
 
 
 def reverse(r, top, seeds, import_needs):
