@@ -6,8 +6,8 @@ and a scalar (micrograd-style) program is nothing but such nodes (fastest_autogr
 their comparisons make, into the trace's open Region of that float dtype: a few list appends.
 The values of a region are RegionTracers. Asking one for its graph `node` (an ordinary op
 reading it, a step output, grad's bookkeeping) closes the region:
-  * small (fewer than REGION_OPS ops), tier 'straight', or more distinct opcodes than a tape
-    holds: its records become ordinary graph nodes, the graph tracing built before regions;
+  * small (fewer than REGION_OPS ops) or tier 'straight': its records become ordinary graph
+    nodes, the graph tracing built before regions;
   * otherwise it stays compact: one `region` node whose operands are the graph values it
     imports and whose value is the vector of the values read outside it; value v of the region
     is `region[slot]` (slice + reshape), a bool one converted there and back.
@@ -26,7 +26,6 @@ from .graph import value_key
 from .tracer import Tracer
 
 REGION_OPS = 4096     # a region of this many ops or more stays one node (README "Compile cost")
-MAX_OPCODES = 1000    # distinct opcodes a tape holds (its interpreter's switch), with room for loads/stores
 OPS = frozenset(n for n, p in P.PRIMITIVES.items() if p.kind == "elementwise" and p.scalar and n != "id") | {"const"}
 _NONE = {}  # the attrs of every record without any
 
@@ -117,16 +116,8 @@ class Region:
             del self.trace.regions[self.dtype]
         ops = sum(op is not None and op != "const" for op in self.ops)
         tier = self.trace.tier
-        if tier == "straight" or not ops or (tier != "tape" and ops < REGION_OPS) or self._opcodes() > MAX_OPCODES:
+        if tier == "straight" or not ops or (tier != "tape" and ops < REGION_OPS):
             self._expand()
-
-    def _opcodes(self):
-        """Distinct opcodes of the tape of these records: (op, attrs, operand kinds; constant
-        operands by value, and each constant is one value), as codegen/tape.py bakes them."""
-        ops, dtypes, consts = self.ops, self.dtypes, set(self._consts.values())
-        keys = {(ops[v], _key(self.attrs[v]), dtypes[v], tuple(a if a in consts else dtypes[a] for a in args))
-                for v, args in enumerate(self.args) if ops[v] is not None and ops[v] != "const"}
-        return len(keys) + 2 * len(set(dtypes))  # and a load and a store per dtype
 
     def _expand(self):
         g, nodes = self.trace.graph, []

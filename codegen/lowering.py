@@ -292,10 +292,13 @@ class Lowering:
         constant = lambda node, k: self.constant_value(node).ravel()[k].item()  # noqa: E731
         for gi, group in enumerate(self.schedule):
             if self.graph[group[-1]]["op"] == "region":
-                found[gi] = t = tape.Tape.of_region(self, group[-1], constant)
-                if t.table is None:  # region.py keeps regions whose opcodes would not fit out of the graph
+                t = tape.Tape.of_region(self, group[-1], constant)
+                if t.table is None:  # too many distinct constants to bake: set them at run time
+                    t = tape.Tape.of_region(self, group[-1], constant, bake=False)
+                if t.table is None:
                     raise ValueError(f"a scalar region needs more than {tape.MAX_OPCODES} opcodes or an arena "
                                      "offset past 2 GiB; run it with tier='straight'")
+                found[gi] = t
                 continue
             if which == "straight" or self.graph[group[-1]]["shape"] != () or not self._located(group) \
                     or not self._plain(group):

@@ -7,6 +7,7 @@ than TAPE_ENTRIES entries (or any, with BURJIT_TIER=tape) becomes a tape: record
 int32 (opcode, out, a, b, c) in a constant of the step, run by `interpreter`:
 
     load   out <- *(argv[a] + b)           one opcode per dtype
+    set    out <- the bits (a, b)          one opcode per dtype (constants of a region, unbaked)
     store  *(argv[b] + c) <- out's value   (a names the register stored)
     op     out <- op(a, b, c)              one opcode per (primitive, attrs, operand dtypes,
                                            constant operands); its case is the primitive's
@@ -104,9 +105,11 @@ class Tape:
         return cls(ops, keys)
 
     @classmethod
-    def of_region(cls, ctx, node, constant):
+    def of_region(cls, ctx, node, constant, bake=True):
         """A region node (burjit/region.py): loads of its imports, the records its outputs need, a
-        store of each output; ctx.ref(node) says where a graph value's bytes are."""
+        store of each output; ctx.ref(node) says where a graph value's bytes are. With bake=False
+        (a region whose baked constants would need too many opcodes) each constant is a `set`
+        record instead, its bits in the record's fields."""
         g = ctx.graph
         r, outputs = g[node]["attrs"]["region"], g[node]["attrs"]["outputs"]
         imports, names, args, attrs, dtypes = g.operands(node), r.ops, r.args, r.attrs, r.dtypes
@@ -129,8 +132,12 @@ class Tape:
                     baked[v] = _baked(dtypes[v], constant(ref[1], 0))
                 else:
                     ops.append((0, v, ("load", dtypes[v]), ref[1:]))
-            elif op == "const":
+            elif op == "const" and bake:
                 baked[v] = _baked(dtypes[v], attrs[v]["value"])
+            elif op == "const":
+                bits = const_bits(dtypes[v], attrs[v]["value"]).ljust(8, b"\0")
+                ops.append((0, v, ("set", dtypes[v]), tuple(int.from_bytes(bits[k:k + 4], "little", signed=True)
+                                                             for k in (0, 4))))
             else:
                 xs = args[v]
                 spec = tuple(baked[a] or ("reg", dtypes[a]) for a in xs)
@@ -175,6 +182,11 @@ class Tape:
             b.position_at_end(block)
             if key[0] == "load":
                 e.store(e.load(memory(x, y), key[1], I64(0)), reg(out), key[1], I64(0))
+            elif key[0] == "set":  # the value's bits: a the low 32, b the high 32 (if 8 bytes)
+                if ITEMSIZE[key[1]] == 8:
+                    b.store(b.or_(b.zext(x, I64), b.shl(b.zext(y, I64), I64(32))), reg(out))
+                else:
+                    b.store(x, reg(out))
             elif key[0] == "store":
                 e.store(e.load(reg(x), key[1], I64(0)), memory(y, z), key[1], I64(0))
             else:
@@ -230,7 +242,7 @@ def _allocate(ops, code):
             top += 1
         if i not in last:  # never read (a value only a later program uses is stored)
             free.append(out)
-        if key[0] == "load":
+        if key[0] in ("load", "set"):
             rows += (code[key], out, fields[0], fields[1], 0)
         else:
             rows += [code[key], out] + reads + [0] * (3 - len(reads))
@@ -241,7 +253,7 @@ def _allocate(ops, code):
 def _reads(op):
     """The values (entry indices) record `op` reads."""
     _, _, key, fields = op
-    if key[0] == "load":
+    if key[0] in ("load", "set"):
         return ()
     if key[0] == "store":
         return (fields[0],)
