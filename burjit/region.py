@@ -18,6 +18,7 @@ backend interprets its records with each primitive's numpy reference.
 """
 
 import hashlib
+from array import array
 
 import numpy as np
 
@@ -28,6 +29,21 @@ from .tracer import Tracer
 REGION_OPS = 4096     # a region of this many ops or more stays one node (README "Compile cost")
 OPS = frozenset(n for n, p in P.PRIMITIVES.items() if p.kind == "elementwise" and p.scalar and n != "id") | {"const"}
 _NONE = {}  # the attrs of every record without any
+IMPORT, CONST = "import", "const"
+KINDS = []   # kind id -> (op, attrs, dtype, operand dtypes): what a record computes, for every region
+_KIND_IDS = {}
+
+
+def kind(op, attrs, dtype, dtypes):
+    """The id of records of `op` with `attrs` from operands of `dtypes` to `dtype` (an IMPORT's or
+    CONST's have no operands): ids are process-wide, so records are ints and the tape reads them
+    as arrays."""
+    key = (op, _key(attrs), dtype, dtypes)
+    k = _KIND_IDS.get(key)
+    if k is None:
+        k = _KIND_IDS[key] = len(KINDS)
+        KINDS.append((op, attrs or _NONE, dtype, dtypes))
+    return k
 
 
 class RegionTracer(Tracer):
@@ -47,42 +63,64 @@ class RegionTracer(Tracer):
 
 
 class Region:
-    """Records, one per value: ops[v] (None for an import, 'const', or a primitive name),
-    args[v] (operand values; an import's position in `imports`), attrs[v], dtypes[v], srcs[v]."""
+    """Records as columns, one row per value v: kinds[v] (an id into KINDS), its operand values
+    a[v], b[v], c[v] (-1 past its arity; an IMPORT's a is its position in `imports`), srcs[v];
+    `values` holds each CONST's value. ~40 bytes a value, where a graph node takes ~1.3 kB."""
 
     def __init__(self, trace, dtype):
         self.trace, self.dtype = trace, dtype
-        self.ops, self.args, self.attrs, self.dtypes, self.srcs = [], [], [], [], []
-        self.imports, self._imported, self._consts = [], {}, {}
+        self.kinds, self.a, self.b, self.c, self.srcs = array("i"), array("q"), array("q"), array("q"), []
+        self.values, self.imports, self._imported, self._consts = {}, [], {}, {}
         self.is_open, self.nodes = True, None   # nodes: value -> graph node once expanded
-        self.node, self.outputs, self.slots, self._read = None, [], {}, {}
+        self.node, self.outputs, self.slots, self._read, self._digest = None, [], {}, {}, None
         trace.regions[dtype] = self  # an open region it replaces closes when one of its values is read
 
     def __len__(self):
-        return len(self.ops)
+        return len(self.kinds)
 
     def __repr__(self):
         return f"<region of {len(self)} values, sha {self.digest()[:12]}>"
 
     def digest(self):
         """Content hash (the graph's fingerprint reads it through repr): same records, same code."""
-        consts = [(v, _key(a)) for v, a in enumerate(self.attrs) if a]
-        return hashlib.sha256(repr((self.dtype, self.ops, self.args, self.dtypes, consts)).encode()).hexdigest()
+        if self._digest is None or self._digest[0] != len(self):
+            h = hashlib.sha256(repr((self.dtype, [KINDS[k][:3] + (_key(KINDS[k][1]),) for k in sorted(set(self.kinds))],
+                                     sorted((v, value_key(x)) for v, x in self.values.items()))).encode())
+            for col in (self.kinds, self.a, self.b, self.c):
+                h.update(col.tobytes())
+            self._digest = (len(self), h.hexdigest())
+        return self._digest[1]
+
+    # -- reading --------------------------------------------------------------------------------
+    def op(self, v):
+        return KINDS[self.kinds[v]][0]
+
+    def dtype_of(self, v):
+        return KINDS[self.kinds[v]][2]
+
+    def args(self, v):
+        """The operand values of record v (an IMPORT's: its position in imports)."""
+        a, b, c = self.a[v], self.b[v], self.c[v]
+        return () if a < 0 else (a,) if b < 0 else (a, b) if c < 0 else (a, b, c)
 
     # -- recording ------------------------------------------------------------------------------
-    def append(self, op, args, attrs, dtype, src):
-        if op == "const":  # one value per constant (x * 2.0 everywhere, the adjoints' ones and zeros)
-            key = (dtype, value_key(attrs["value"]))
-            v = self._consts.get(key)
-            if v is not None:
-                return v
-            self._consts[key] = len(self.ops)
-        v = len(self.ops)
-        self.ops.append(op)
-        self.args.append(args)
-        self.attrs.append(attrs or _NONE)
-        self.dtypes.append(dtype)
+    def append(self, k, args, src):
+        v = len(self.kinds)
+        self.kinds.append(k)
+        n = len(args)
+        self.a.append(args[0] if n else -1)
+        self.b.append(args[1] if n > 1 else -1)
+        self.c.append(args[2] if n > 2 else -1)
         self.srcs.append(src)
+        return v
+
+    def const(self, value, dtype, src):
+        """The value of constant `value` (one per constant: x * 2.0 everywhere, the adjoints' ones)."""
+        key = (dtype, value_key(value))
+        v = self._consts.get(key)
+        if v is None:
+            v = self._consts[key] = self.append(kind(CONST, None, dtype, ()), (), src)
+            self.values[v] = value
         return v
 
     def operand(self, t):
@@ -92,12 +130,12 @@ class Region:
         node = t.node
         v = self._imported.get(node)
         if v is None:
-            v = self._imported[node] = self.append(None, (len(self.imports),), None, t.dtype, None)
+            v = self._imported[node] = self.append(kind(IMPORT, None, t.dtype, ()), (len(self.imports),), None)
             self.imports.append(node)
         return v
 
     def value(self, v):
-        return RegionTracer(self.trace, self, v, self.dtypes[v])
+        return RegionTracer(self.trace, self, v, KINDS[self.kinds[v]][2])
 
     # -- leaving the region ---------------------------------------------------------------------
     def node_of(self, v):
@@ -114,23 +152,27 @@ class Region:
         self.is_open = False
         if self.trace.regions.get(self.dtype) is self:
             del self.trace.regions[self.dtype]
-        ops = sum(op is not None and op != "const" for op in self.ops)
+        ops = len(self) - len(self.imports) - len(self.values)
         tier = self.trace.tier
         if tier == "straight" or not ops or (tier != "tape" and ops < REGION_OPS):
             self._expand()
 
     def _expand(self):
         g, nodes = self.trace.graph, []
-        for op, args, attrs, dtype, src in zip(self.ops, self.args, self.attrs, self.dtypes, self.srcs):
-            nodes.append(self.imports[args[0]] if op is None else
-                         g.add(op, [nodes[a] for a in args], (), dtype, attrs, src))
+        for v in range(len(self)):
+            op, attrs, dtype, _ = KINDS[self.kinds[v]]
+            args = self.args(v)
+            nodes.append(self.imports[args[0]] if op == IMPORT else
+                         g.add(op, [], (), dtype, {"value": self.values[v], "shape": (), "dtype": dtype}, None)
+                         if op == CONST else g.add(op, [nodes[a] for a in args], (), dtype, attrs, self.srcs[v]))
         self.nodes = nodes
 
     def _export(self, v):
         """Graph node of value v of a compact region: an element of the region node's value."""
         from . import ops as F
-        w = v if self.dtypes[v] == self.dtype else self.append("convert", (v,), {"dtype": self.dtype}, self.dtype,
-                                                              self.srcs[v])
+        dtype = self.dtype_of(v)
+        w = v if dtype == self.dtype else self.append(kind("convert", {"dtype": self.dtype}, self.dtype, (dtype,)),
+                                                      (v,), self.srcs[v])
         if self.node is None:  # first export, or the last node was differentiated (its outputs are final)
             self.outputs, self.slots = [], {}
             self.node = self.trace.graph.add("region", list(self.imports), (0,), self.dtype,
@@ -145,7 +187,7 @@ class Region:
         if w == v:
             return x.node
         # not F.astype: a 0-d convert would be recorded into this dtype's open region
-        return self.trace.graph.add("convert", [x.node], (), self.dtypes[v], {"dtype": self.dtypes[v]}, self.srcs[v])
+        return self.trace.graph.add("convert", [x.node], (), dtype, {"dtype": dtype}, self.srcs[v])
 
     def freeze(self, outputs):
         """A VJP read the node with `outputs`: later exports go to a new node (shapes stay put)."""
@@ -157,12 +199,12 @@ def record(trace, op, operands, attrs, src):
     """RegionTracer of op(*operands) recorded in a region, or None when it is a graph node.
     Called for every scalar op a trace sees, so it reads each operand once and caches what the
     registry says of an (op, operand dtypes) pair."""
-    if op == "const":
+    if op == CONST:
         dtype = attrs["dtype"]
         if attrs["shape"] != () or dtype not in P.FLOATS:
             return None
         r = _open(trace, dtype)
-        return r.value(r.append(op, (), attrs, dtype, src))
+        return r.value(r.const(attrs["value"], dtype, src))
     for o in operands:
         if o.shape:
             return None
@@ -172,7 +214,7 @@ def record(trace, op, operands, attrs, src):
         rule = _rule(op, key[1:], attrs)
         if not attrs:
             _RULES[key] = rule
-    dtype, home = rule
+    dtype, home, k = rule
     if not home:
         if home is False:
             return None
@@ -181,29 +223,24 @@ def record(trace, op, operands, attrs, src):
         if home is None:
             return None
     r = _open(trace, home)
-    args = tuple([o.index if type(o) is RegionTracer and o.region is r else r.operand(o) for o in operands])
-    v = len(r.ops)
-    r.ops.append(op)
-    r.args.append(args)
-    r.attrs.append(attrs or _NONE)
-    r.dtypes.append(dtype)
-    r.srcs.append(src)
+    v = r.append(k, [o.index if type(o) is RegionTracer and o.region is r else r.operand(o) for o in operands], src)
     return RegionTracer(trace, r, v, dtype)
 
 
-_RULES = {}  # (op, operand dtypes) -> (result dtype, region float dtype or None), from the registry
+_RULES = {}  # (op, operand dtypes) -> (result dtype, region float dtype or None, kind), from the registry
 
 
 def _rule(op, dtypes, attrs):
-    """The registry's result dtype (its ShapeError if none) and the float dtype whose region the op
-    joins: a float result's or operand's, if every other operand has it or is a bool."""
+    """The registry's result dtype (its ShapeError if none), the float dtype whose region the op
+    joins (a float result's or operand's, if every other operand has it or is a bool; None for
+    bools alone, False for none) and the records' kind."""
     dtype = P.PRIMITIVES[op].infer([((), d) for d in dtypes], attrs)[1]
     home = dtype if dtype in P.FLOATS else next((d for d in dtypes if d in P.FLOATS), None)
     if home is None:
-        return dtype, None if dtype == "bool" and all(d == "bool" for d in dtypes) else False
-    if dtype not in (home, "bool") or any(d != home and d != "bool" for d in dtypes):
-        return dtype, False
-    return dtype, home
+        home = None if dtype == "bool" and all(d == "bool" for d in dtypes) else False
+    elif dtype not in (home, "bool") or any(d != home and d != "bool" for d in dtypes):
+        home = False
+    return dtype, home, kind(op, attrs, dtype, dtypes)
 
 
 def _open(trace, dtype):
@@ -216,30 +253,31 @@ def reverse(r, top, seeds, import_needs):
     `seeds` (value -> cotangent). Each VJP rule runs on r's values, so adjoints record into r.
     import_needs[i]: whether import i wants a cotangent (it depends on what grad is taken of)."""
     from . import ops as F
-    ops, args = r.ops, r.args
-    live = bytearray(top)  # value depends on an import that wants a cotangent
+    kinds, A, B, C = r.kinds, r.a, r.b, r.c
+    live = bytearray(top + 1)  # value depends on an import that wants a cotangent (live[-1]: none)
     for v in range(top):
-        op = ops[v]
-        if op is None:
-            live[v] = import_needs[args[v][0]]
-        elif op != "const":
-            live[v] = any(live[a] for a in args[v])
+        op = KINDS[kinds[v]][0]
+        if op == IMPORT:
+            live[v] = import_needs[A[v]]
+        elif op != CONST:
+            live[v] = live[A[v]] or live[B[v]] or live[C[v]]
     ct, out, trace = dict(seeds), [None] * len(r.imports), r.trace
     try:
         for v in range(top - 1, -1, -1):
             g = ct.pop(v, None)
             if g is None or not live[v]:
                 continue
-            op, xs = ops[v], args[v]
-            if op is None:
-                out[xs[0]] = g
+            op, attrs, _, _ = KINDS[kinds[v]]
+            if op == IMPORT:
+                out[A[v]] = g
                 continue
             prim = P.PRIMITIVES[op]
             if prim.vjp is None:
                 continue
+            xs = r.args(v)
             needs = [bool(live[a]) for a in xs]
             trace.src = r.srcs[v]  # an adjoint op is the user's line of the op it differentiates
-            cts = prim.vjp(F, g, r.value(v), [r.value(a) for a in xs], needs, r.attrs[v])
+            cts = prim.vjp(F, g, r.value(v), [r.value(a) for a in xs], needs, attrs)
             for a, c, need in zip(xs, cts, needs):
                 if need and c is not None:
                     ct[a] = ct[a] + c if a in ct else c
@@ -271,15 +309,15 @@ def evaluate(*imports, region, outputs):
     """numpy reference: each record by its primitive's reference, in its dtype."""
     r, vals = region, []
     with np.errstate(all="ignore"):
-        for op, args, attrs, dtype in zip(r.ops, r.args, r.attrs, r.dtypes):
-            if op is None:
+        for v in range(max(outputs, default=-1) + 1):
+            op, attrs, dtype, _ = KINDS[r.kinds[v]]
+            args = r.args(v)
+            if op == IMPORT:
                 vals.append(np.asarray(imports[args[0]], dtype=dtype))
-            elif op == "const":
-                vals.append(np.asarray(attrs["value"], dtype=dtype))
+            elif op == CONST:
+                vals.append(np.asarray(r.values[v], dtype=dtype))
             else:
                 vals.append(np.asarray(P.PRIMITIVES[op].ref(*[vals[a] for a in args], **attrs), dtype=dtype))
-            if len(vals) > max(outputs, default=-1):
-                break
     return np.array([vals[v] for v in outputs], dtype=r.dtype).reshape(len(outputs))
 
 
@@ -288,9 +326,8 @@ def _vjp(F, g, out, xs, needs, attrs):
     src, outputs = attrs["region"], attrs["outputs"]
     src.freeze(outputs)
     r = Region(out.trace, src.dtype)
-    for name in ("ops", "args", "attrs", "dtypes", "srcs"):
-        setattr(r, name, list(getattr(src, name)))
-    r.imports, r._imported = list(src.imports), dict(src._imported)
+    r.kinds, r.a, r.b, r.c, r.srcs = array("i", src.kinds), array("q", src.a), array("q", src.b), array("q", src.c), list(src.srcs)
+    r.values, r.imports, r._imported, r._consts = dict(src.values), list(src.imports), dict(src._imported), dict(src._consts)
     top = len(r)
     seeds = {v: r.value(r.operand(g[j])) for j, v in enumerate(outputs)}
     return reverse(r, top, seeds, needs)

@@ -28,6 +28,7 @@ import numpy as np
 from llvmlite import ir
 
 from burjit import primitives as P
+from burjit import region as R
 from burjit.graph import tier as graph_tier
 
 from .emitter import Emitter
@@ -59,19 +60,19 @@ class Tape:
     MAX_OPCODES opcodes or a byte offset past int32: the program stays straight-line code.
     Built from a 0-d Program (`of_program`) or a region node (`of_region`)."""
 
-    def __init__(self, ops, keys):
-        """ops: (depth, value id, opcode key, fields) per record, in any order; keys: opcode key
-        -> the attrs its primitive's lowering takes."""
-        for _, _, key, _ in ops:
-            keys.setdefault(key, None)
-        fits = all(0 <= f < 2 ** 31 for o in ops if o[2][0] in ("load", "store") for f in o[3])
+    def __init__(self, cols, keys):
+        """cols: Columns of every record, in any order; keys: each opcode key -> the attrs its
+        primitive's lowering takes (None for loads, stores and sets)."""
+        fits = all(0 <= f < 2 ** 31 for f in (*cols.f0[cols.mem], *cols.f1[cols.mem]))
         self.table = tuple(sorted(keys, key=repr)) if len(keys) <= MAX_OPCODES and fits else None
         if self.table is None:
             return
         self._attrs = keys
-        code = {k: c + 1 for c, k in enumerate(self.table)}
-        ops.sort(key=lambda o: (o[0], code[o[2]], o[1]))
-        self.records, self.registers = _allocate(ops, code)
+        rank = {k: c + 1 for c, k in enumerate(self.table)}
+        code = np.array([rank[k] for k in cols.keys], dtype=np.int64)[cols.key]
+        order = np.lexsort((cols.ident, code, cols.depth))
+        cols.sort(order)
+        self.records, self.registers = _allocate(cols, code[order])
 
     @classmethod
     def of_program(cls, program, constant):
@@ -102,56 +103,72 @@ class Tape:
                 depth[i] = 1 + max(map(depth.__getitem__, regs), default=-1)
                 ops.append((depth[i], i, key, regs))
         _stores(ops, keys, program.stores, value.__getitem__, max(depth.values(), default=0) + 1, len(entries))
-        return cls(ops, keys)
+        return cls(Columns.of(ops), _with_memory_keys(keys, ops))
 
     @classmethod
     def of_region(cls, ctx, node, constant, bake=True):
         """A region node (burjit/region.py): loads of its imports, the records its outputs need, a
         store of each output; ctx.ref(node) says where a graph value's bytes are. With bake=False
         (a region whose baked constants would need too many opcodes) each constant is a `set`
-        record instead, its bits in the record's fields."""
+        record instead, its bits in the record's fields. Built with numpy over the region's
+        columns: only liveness, depth and register allocation walk the records one by one."""
         g = ctx.graph
         r, outputs = g[node]["attrs"]["region"], g[node]["attrs"]["outputs"]
-        imports, names, args, attrs, dtypes = g.operands(node), r.ops, r.args, r.attrs, r.dtypes
-        need, stack = bytearray(len(r)), list(outputs)
-        while stack:
-            v = stack.pop()
-            if not need[v]:
-                need[v] = 1
-                if names[v] is not None:
-                    stack.extend(args[v])
-        baked = [None] * len(r)  # a constant value's baked form; None for a register
-        depth, keys, memo, ops = [0] * len(r), {}, {}, []
-        for v in range(max(outputs, default=-1) + 1):
-            if not need[v]:
-                continue
-            op = names[v]
-            if op is None:
-                ref = ctx.ref(imports[args[v][0]])
-                if ref[0] == "global":
-                    baked[v] = _baked(dtypes[v], constant(ref[1], 0))
-                else:
-                    ops.append((0, v, ("load", dtypes[v]), ref[1:]))
-            elif op == "const" and bake:
-                baked[v] = _baked(dtypes[v], attrs[v]["value"])
-            elif op == "const":
-                bits = const_bits(dtypes[v], attrs[v]["value"]).ljust(8, b"\0")
-                ops.append((0, v, ("set", dtypes[v]), tuple(int.from_bytes(bits[k:k + 4], "little", signed=True)
-                                                             for k in (0, 4))))
+        imports, n = g.operands(node), max(outputs, default=-1) + 1
+        K = np.array(r.kinds[:n], dtype=np.int64)
+        args = np.full((n + 1, 3), -1, dtype=np.int64)  # row n: a sentinel for 'no operand'
+        for j, col in enumerate((r.a, r.b, r.c)):
+            args[:n, j] = np.frombuffer(col, dtype=np.int64, count=n)
+        kinds = {k: R.KINDS[k] for k in np.unique(K).tolist()}
+        tag = np.zeros(n + 1, dtype=np.int8)  # 0 op, 1 import, 2 constant (sentinel: 2, not a register)
+        tag[n] = 2
+        for k, (op, *_) in kinds.items():
+            if op in (R.IMPORT, R.CONST):
+                tag[:n][K == k] = 1 if op == R.IMPORT else 2
+        value = {v: x for v, x in r.values.items() if v < n}  # constants, and imports of graph constants
+        where = {}
+        for v in np.nonzero(tag[:n] == 1)[0].tolist():
+            ref = ctx.ref(imports[args[v, 0]])
+            if ref[0] == "global":
+                tag[v], value[v] = 2, constant(ref[1], 0)
             else:
-                xs = args[v]
-                spec = tuple(baked[a] or ("reg", dtypes[a]) for a in xs)
-                sig = (op, id(attrs[v]), spec, dtypes[v])  # one opcode key object per distinct op
-                key = memo.get(sig)
-                if key is None:
-                    key = memo[sig] = ("op", op, repr(sorted(attrs[v].items())) if attrs[v] else "[]", spec, dtypes[v])
-                    keys.setdefault(key, attrs[v])
-                regs = [a for a in xs if baked[a] is None]
-                depth[v] = d = 1 + max([depth[a] for a in regs]) if regs else 0
-                ops.append((d, v, key, regs))
+                where[v] = ref[1:]
+        need = _needed(r, tag, outputs, n)
+        baked = tag == 2 if bake else np.zeros(n + 1, dtype=bool)
+        baked[n] = True
+        depth = _depths(r, tag, baked, n)
+        dtype = np.array([R.KINDS[k][2] for k in range(len(R.KINDS))], dtype=object)[K] if n else np.zeros(0, object)
+
+        ops = np.nonzero(need & (tag[:n] == 0))[0]
+        operand = args[ops]
+        const_of = np.where(baked[operand] & (operand != n) & (operand >= 0), operand, -1)
+        uniq, inv = _distinct_rows(np.concatenate([K[ops, None], const_of], axis=1))
+        keylist, keys = [], {}
+        for row in uniq.tolist():
+            op, attrs, out_dtype, in_dtypes = kinds[row[0]]
+            spec = tuple(_baked(d, value[c]) if c >= 0 else ("reg", d) for d, c in zip(in_dtypes, row[1:]))
+            key = ("op", op, repr(sorted(attrs.items())) if attrs else "[]", spec, out_dtype)
+            keylist.append(key)
+            keys.setdefault(key, attrs)
+        reads = np.where(baked[operand] | (operand < 0), -1, operand)
+        reads = np.take_along_axis(reads, np.argsort(reads < 0, axis=1, kind="stable"), axis=1)  # registers first
+        cols = [Columns(depth[ops], ops, inv.reshape(-1), ops, reads, np.zeros(len(ops), np.int64), np.zeros(len(ops), np.int64),
+                        keylist)]
+        small = []  # loads, sets and stores: one per import, unbaked constant and output
+        for v, (slot, off) in where.items():
+            if need[v]:
+                small.append((0, v, ("load", dtype[v]), (slot, off)))
+        if not bake:
+            for v in np.nonzero(need & (tag[:n] == 2))[0].tolist():
+                bits = const_bits(dtype[v], value[v]).ljust(8, b"\0")
+                small.append((0, v, ("set", dtype[v]), tuple(int.from_bytes(bits[k:k + 4], "little", signed=True)
+                                                           for k in (0, 4))))
         stores = [(ctx.ref(node), r.dtype, (j,), v) for j, v in enumerate(outputs)]
-        _stores(ops, keys, stores, lambda v: baked[v] or ("reg", v), max(depth, default=0) + 1, len(r))
-        return cls(ops, keys)
+        _stores(small, keys, stores, lambda v: _baked(dtype[v], value[v]) if baked[v] else ("reg", v),
+                int(depth.max(initial=0)) + 1, n)
+        cols.append(Columns.of(small))
+        del args, operand, reads, const_of, depth, need  # the records' arrays are copied next
+        return cls(Columns.concat(cols), _with_memory_keys(keys, small))
 
     def interpreter(self, b, argv, records, regs):
         """The loop over records, at b's position (a kernel's body: lowering returns 0 after it)."""
@@ -222,39 +239,144 @@ def _stores(ops, keys, stores, spec, depth, fresh):
             ops.append((depth + 1, -1 - j, ("store", dtype), (fresh + j,) + where))
 
 
-def _allocate(ops, code):
-    """(records as an int32 array ending in `end`, registers used): each value a register, freed
-    after its last reader (a record may write the register its operand just freed)."""
-    read = [_reads(op) for op in ops]
-    last = {v: t for t, vs in enumerate(read) for v in vs}
-    free, reg, top, rows = [], {}, 0, []
-    for t, (_, i, key, fields) in enumerate(ops):
-        vs = read[t]
-        reads = [reg[v] for v in vs]
-        for v in (vs if len(vs) < 2 else dict.fromkeys(vs)):  # x * x frees x once
-            if last[v] == t:
-                free.append(reg[v])
-        if key[0] == "store":
-            rows += (code[key], 0, reads[0], fields[1], fields[2])
-            continue
-        out = reg[i] = free.pop() if free else top
-        if out == top:
-            top += 1
-        if i not in last:  # never read (a value only a later program uses is stored)
-            free.append(out)
-        if key[0] in ("load", "set"):
-            rows += (code[key], out, fields[0], fields[1], 0)
-        else:
-            rows += [code[key], out] + reads + [0] * (3 - len(reads))
-    rows += (0, 0, 0, 0, 0)
-    return np.array(rows, dtype=np.int32).reshape(-1, 5), top
+class Columns:
+    """Records as arrays: depth, ident (sort tie-break), key (index into `keys`), out (value
+    written, -1 for a store), reads (n x 3 values read, -1 padded), f0/f1 (a load's or store's
+    slot and byte offset, a set's bits), form (0 op, 1 load or set, 2 store); mem marks loads and
+    stores (their fields must fit int32 offsets)."""
+
+    def __init__(self, depth, ident, key, out, reads, f0, f1, keys, form=None, mem=None):
+        self.depth, self.ident, self.key, self.out, self.reads = depth, ident, key, out, reads
+        self.f0, self.f1, self.keys = f0, f1, keys
+        self.form = np.zeros(len(depth), dtype=np.int8) if form is None else form
+        self.mem = np.zeros(len(depth), dtype=bool) if mem is None else mem
+
+    @classmethod
+    def of(cls, ops):
+        """From (depth, ident, key, fields) tuples: fields are an op's registers read, a load's or
+        set's (a, b), a store's (value, slot, offset)."""
+        keylist, index, rows = [], {}, []
+        for d, i, key, fields in ops:
+            k = index.get(key)
+            if k is None:
+                k = index[key] = len(keylist)
+                keylist.append(key)
+            tag = key[0]
+            if tag == "store":
+                rows.append((d, i, k, -1, fields[0], -1, -1, fields[1], fields[2], 2, 1))
+            elif tag in ("load", "set"):
+                rows.append((d, i, k, i, -1, -1, -1, fields[0], fields[1], 1, tag == "load"))
+            else:
+                regs = list(fields) + [-1] * (3 - len(fields))
+                rows.append((d, i, k, i, *regs, 0, 0, 0, 0))
+        a = np.array(rows, dtype=np.int64).reshape(-1, 11)
+        return cls(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4:7], a[:, 7], a[:, 8], keylist,
+                   a[:, 9].astype(np.int8), a[:, 10].astype(bool))
+
+    @classmethod
+    def concat(cls, parts):
+        offset, keys, shifted = 0, [], []
+        for p in parts:
+            shifted.append(p.key + offset)
+            keys += p.keys
+            offset += len(p.keys)
+        cat = np.concatenate
+        return cls(cat([p.depth for p in parts]), cat([p.ident for p in parts]), cat(shifted),
+                   cat([p.out for p in parts]), cat([p.reads for p in parts]), cat([p.f0 for p in parts]),
+                   cat([p.f1 for p in parts]), keys, cat([p.form for p in parts]), cat([p.mem for p in parts]))
+
+    def sort(self, order):
+        """Reorder every column (one column copied at a time)."""
+        for name in ("depth", "ident", "key", "out", "reads", "f0", "f1", "form", "mem"):
+            setattr(self, name, getattr(self, name)[order])
 
 
-def _reads(op):
-    """The values (entry indices) record `op` reads."""
-    _, _, key, fields = op
-    if key[0] in ("load", "set"):
-        return ()
-    if key[0] == "store":
-        return (fields[0],)
-    return fields
+def _distinct_rows(rows):
+    """(distinct rows, each row's index among them) of an int array of (kind, constant operand
+    ids): packed into one int64 per row when they fit, as np.unique over rows is ~10x slower."""
+    if not len(rows):
+        return np.zeros((0, rows.shape[1]), np.int64), np.zeros(0, np.int64)
+    ids, dense = np.unique(rows[:, 1:], return_inverse=True)  # -1 and each constant's id, densely
+    dense = dense.reshape(len(rows), -1)
+    base = len(ids)
+    if (int(rows[:, 0].max()) + 1) * base ** dense.shape[1] >= 2 ** 62:
+        return np.unique(rows, axis=0, return_inverse=True)
+    packed = rows[:, 0].copy()
+    for j in range(dense.shape[1]):
+        packed = packed * base + dense[:, j]
+    keys, first, inv = np.unique(packed, return_index=True, return_inverse=True)
+    return rows[first], inv.reshape(-1)
+
+
+def _with_memory_keys(keys, ops):
+    for _, _, key, _ in ops:
+        keys.setdefault(key, None)
+    return keys
+
+
+def _needed(r, tag, outputs, n):
+    """Which of region r's first n values an output needs (walking operands back over its columns;
+    -1, 'no operand', lands on the sentinel at n)."""
+    need = bytearray(n + 1)
+    for v in outputs:
+        need[v] = 1
+    a, b, c = r.a, r.b, r.c
+    ops = (tag == 0).tolist()
+    for v in range(n - 1, -1, -1):
+        if need[v] and ops[v]:
+            need[a[v]] = need[b[v]] = need[c[v]] = 1
+    return np.frombuffer(bytes(need), dtype=np.uint8)[:n].astype(bool)
+
+
+def _depths(r, tag, baked, n):
+    """Each value's depth: 0 for loads and sets, one more than its deepest register operand for an
+    op (so an op of constants alone is 0); -1 for baked constants and 'no operand' (the sentinel)."""
+    depth = [-1] * (n + 1)
+    a, b, c = r.a, r.b, r.c
+    ops, bk = (tag == 0).tolist(), baked.tolist()
+    for v in range(n):
+        if ops[v]:
+            depth[v] = 1 + max(depth[a[v]], depth[b[v]], depth[c[v]])
+        elif not bk[v]:
+            depth[v] = 0
+    return np.array(depth[:n], dtype=np.int64)
+
+
+def _allocate(cols, code):
+    """(records as an int32 array ending in `end`, registers used): each value a register, taken
+    when written and free again after its last reader (a record may write the register its
+    operand just freed). Only the free list walks the records one by one."""
+    t_count = len(code)
+    reads, out = cols.reads, cols.out
+    size = int(max(out.max(initial=-1), reads.max(initial=-1))) + 2
+    last = np.full(size, -1, dtype=np.int64)
+    t_of = np.repeat(np.arange(t_count, dtype=np.int64), 3)
+    flat = reads.reshape(-1)
+    ok = flat >= 0
+    np.maximum.at(last, flat[ok], t_of[ok])
+    dying = np.nonzero(last >= 0)[0]
+    dying = iter(memoryview(dying[np.argsort(last[dying], kind="stable")]))  # values in order of their last read
+    deaths = memoryview(np.bincount(last[last >= 0], minlength=t_count).astype(np.int64))
+    reg = [0] * size
+    free, top = [], 0
+    never = memoryview((last < 0).astype(np.uint8))
+    for t, o in enumerate(memoryview(out)):  # memoryviews: no list of 10^5 ints at once
+        for _ in range(deaths[t]):
+            free.append(reg[next(dying)])
+        if o >= 0:
+            if free:
+                reg[o] = free.pop()
+            else:
+                reg[o], top = top, top + 1
+            if never[o]:  # never read (a value only a later program uses is stored)
+                free.append(reg[o])
+    regs = np.array(reg + [0], dtype=np.int64)  # index -1: 'no operand' reads as register 0
+    records = np.zeros((t_count + 1, 5), dtype=np.int32)
+    op, fields, store = cols.form == 0, cols.form == 1, cols.form == 2
+    r = regs[reads]  # op: (out, a, b, c) registers; load, set: (out, f0, f1); store: (-, value, f0, f1)
+    records[:t_count, 0] = code
+    records[:t_count, 1] = np.where(store, 0, regs[out])
+    records[:t_count, 2] = np.where(fields, cols.f0, r[:, 0])
+    records[:t_count, 3] = np.where(op, r[:, 1], np.where(fields, cols.f1, cols.f0))
+    records[:t_count, 4] = np.where(op, r[:, 2], np.where(fields, 0, cols.f1))
+    return records, top
