@@ -18,9 +18,9 @@ positions, never arena offsets), so repeated layers, batch sizes sharing a shape
 of the process share one function, its IR built once. BURJIT_CHECK_KERNELS=1 builds the IR of
 every call anyway and fails if two calls of one identity would emit different code (the test
 suite runs so). One-element kernels (scalar graphs) are emitted straight into the step as SSA code,
-or, when large (or BURJIT_TIER says), run by the tape interpreter over records in a constant of the
-step (tape.py; `tapes`: group index -> Tape, chosen at construction since their registers take
-arena bytes).
+or, when large (or BURJIT_TIER says), run by the tape interpreter over records the executable
+holds, their address in the arena's last bytes (tape.py; `tapes`: group index -> Tape, chosen at
+construction since their registers take arena bytes).
 """
 
 import hashlib
@@ -38,7 +38,7 @@ from . import kernels, loops, tape
 from .emitter import Emitter
 from .matmul import matmul
 from .program import Program, running_totals
-from .types import I1, I8, I32, I64, declare
+from .types import I1, I8, I32, I64, constant_global, declare
 
 SYMBOL = "burjit_step"
 ENTRY = "burjit_entry"
@@ -72,7 +72,10 @@ class Lowering:
         self.tapes = self._tapes()  # group index -> Tape, for the 0-d groups the tape tier runs
         self.tape_offset = self.status_offset + ALIGN
         self.tape_bytes = _align(max((t.registers * tape.REGISTER for t in self.tapes.values()), default=0))
-        self.arena_bytes = self.tape_offset + self.tape_bytes  # plan, staging, scratch, error code, tape registers
+        # then a pointer per tape to its records, which the executable writes once (not poisoned)
+        self.records_offset = self.tape_offset + self.tape_bytes
+        self.record_slots = {gi: self.records_offset + 8 * k for k, gi in enumerate(sorted(self.tapes))}
+        self.arena_bytes = self.records_offset + 8 * len(self.tapes)
 
     # -- buffers --------------------------------------------------------------------------------
     def ref(self, node):
@@ -170,7 +173,7 @@ class Lowering:
         for idx, size, code in self._checks:
             self._emit_check(b, idx, size, code)
         if self.poison:
-            self._memset(b, self._slots[self.arena_slot], self.arena_bytes)
+            self._memset(b, self._slots[self.arena_slot], self.records_offset)
         for gi, group in enumerate(self.schedule):
             self._group(b, gi, group)
         for src, dst, n in self._staged:
@@ -225,12 +228,8 @@ class Lowering:
     def _global(self, node):
         gv = self._globals.get(node)
         if gv is None:
-            data = np.ascontiguousarray(self.constant_value(node)).tobytes() or b"\0"
-            ty = ir.ArrayType(I8, len(data))
-            gv = ir.GlobalVariable(self.mod, ty, name=f"const{node}")
-            gv.initializer = ir.Constant(ty, bytearray(data))
-            gv.global_constant, gv.linkage, gv.align = True, "private", ALIGN
-            self._globals[node] = gv
+            gv = self._globals[node] = constant_global(
+                self.mod, f"const{node}", np.ascontiguousarray(self.constant_value(node)).tobytes(), ALIGN)
         return gv
 
     def _memcpy(self, b, dst, src, n):
@@ -373,12 +372,9 @@ class Lowering:
                      lambda slot: ("programs", tuple(p.signature(slot) for p in programs)))
 
     def _run_tape(self, b, gi, t):
-        """Run tape t: its records a constant of the step, its registers in the arena (tape.py)."""
-        data = t.records.tobytes()
-        ty = ir.ArrayType(I8, len(data))
-        records = ir.GlobalVariable(self.mod, ty, name=f"tape{gi}")
-        records.initializer = ir.Constant(ty, bytearray(data))
-        records.global_constant, records.linkage, records.align = True, "private", ALIGN
+        """Run tape t: its records' address and its registers in the arena (tape.py). The records
+        stay out of the IR: a 10^6-record tape is 20 MB, 60 MB as IR text for LLVM to parse."""
+        records = b.load(self._main_ptr(b, ("arg", self.arena_slot, self.record_slots[gi])), typ=PTR)
         symbol = self._function((("tape", t.table), self._target), 3, lambda kb, params: t.interpreter(kb, *params))
         regs = self._main_ptr(b, ("arg", self.arena_slot, self.tape_offset))
         b.call(declare(self.mod, symbol, I32, [PTR] * 3), [self._argv, records, regs])

@@ -91,6 +91,8 @@ class NativeExecutable:
         start = -raw.ctypes.data % 64
         self._arena = raw[start:start + low.arena_bytes]  # 64-byte aligned
         self._argv[low.arena_slot] = self._arena.ctypes.data
+        for gi, at in low.record_slots.items():  # the tapes' records: arrays the lowering keeps alive
+            self._arena[at:at + 8].view(np.uint64)[0] = low.tapes[gi].records.ctypes.data
         self._status = self._arena[low.status_offset:low.status_offset + 4].view(np.int32)
         self._new_outputs = _output_maker(g)
         if low.static_error or low.backup or not low.offsets:

@@ -2,9 +2,10 @@
 
 LLVM's time on one straight-line function grows faster than the function (fastest_autograd,
 n = 1,000: one 20k-node function took ~1 s of the first call's 2.7 s), and an interpreter is
-compiled once for every step that uses the same ops. So a 0-d group whose Program has more
-than TAPE_ENTRIES entries (or any, with BURJIT_TIER=tape) becomes a tape: records of five
-int32 (opcode, out, a, b, c) in a constant of the step, run by `interpreter`:
+compiled once for every step that uses the same ops. So a scalar region node (burjit/region.py:
+the large scalar programs) and a 0-d group whose Program has more than TAPE_ENTRIES entries (or
+any, with BURJIT_TIER=tape) become tapes: records of five int32 (opcode, out, a, b, c) in an
+array the executable keeps (the step reads its address from the arena), run by `interpreter`:
 
     load   out <- *(argv[a] + b)           one opcode per dtype
     set    out <- the bits (a, b)          one opcode per dtype (constants of a region, unbaked)
