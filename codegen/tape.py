@@ -25,6 +25,9 @@ so it is built once per op set, compiled in the compile servers and cached on di
 """
 
 
+import functools
+from array import array
+
 import numpy as np
 from llvmlite import ir
 
@@ -64,8 +67,7 @@ class Tape:
     def __init__(self, cols, keys):
         """cols: Columns of every record, in any order; keys: each opcode key -> the attrs its
         primitive's lowering takes (None for loads, stores and sets)."""
-        fits = all(0 <= f < 2 ** 31 for f in (*cols.f0[cols.mem], *cols.f1[cols.mem]))
-        self.table = tuple(sorted(keys, key=repr)) if len(keys) <= MAX_OPCODES and fits else None
+        self.table = tuple(sorted(keys, key=repr)) if len(keys) <= MAX_OPCODES and cols.fits else None
         if self.table is None:
             return
         self._attrs = keys
@@ -116,8 +118,8 @@ class Tape:
         g = ctx.graph
         r, outputs = g[node]["attrs"]["region"], g[node]["attrs"]["outputs"]
         imports, n = g.operands(node), max(outputs, default=-1) + 1
-        K = np.array(r.kinds[:n], dtype=np.int64)
-        args = np.full((n + 1, 3), -1, dtype=np.int64)  # row n: a sentinel for 'no operand'
+        K = np.frombuffer(r.kinds, dtype=np.int32, count=n)
+        args = np.full((n + 1, 3), -1, dtype=np.int32)  # row n: a sentinel for 'no operand'
         for j, col in enumerate((r.a, r.b, r.c)):
             args[:n, j] = np.frombuffer(col, dtype=np.int64, count=n)
         kinds = {k: R.KINDS[k] for k in np.unique(K).tolist()}
@@ -138,12 +140,13 @@ class Tape:
         baked = tag == 2 if bake else np.zeros(n + 1, dtype=bool)
         baked[n] = True
         depth = _depths(r, tag, baked, n)
-        dtype = np.array([R.KINDS[k][2] for k in range(len(R.KINDS))], dtype=object)[K] if n else np.zeros(0, object)
+        dtype = r.dtype_of
 
         ops = np.nonzero(need & (tag[:n] == 0))[0]
         operand = args[ops]
         const_of = np.where(baked[operand] & (operand != n) & (operand >= 0), operand, -1)
-        uniq, inv = _distinct_rows(np.concatenate([K[ops, None], const_of], axis=1))
+        uniq, inv = _distinct_rows(np.concatenate([K[ops, None], const_of], axis=1),
+                                   np.nonzero(baked[:n])[0], n)
         keylist, keys = [], {}
         for row in uniq.tolist():
             op, attrs, out_dtype, in_dtypes = kinds[row[0]]
@@ -158,18 +161,19 @@ class Tape:
         small = []  # loads, sets and stores: one per import, unbaked constant and output
         for v, (slot, off) in where.items():
             if need[v]:
-                small.append((0, v, ("load", dtype[v]), (slot, off)))
+                small.append((0, v, ("load", dtype(v)), (slot, off)))
         if not bake:
             for v in np.nonzero(need & (tag[:n] == 2))[0].tolist():
-                bits = const_bits(dtype[v], value[v]).ljust(8, b"\0")
-                small.append((0, v, ("set", dtype[v]), tuple(int.from_bytes(bits[k:k + 4], "little", signed=True)
+                bits = const_bits(dtype(v), value[v]).ljust(8, b"\0")
+                small.append((0, v, ("set", dtype(v)), tuple(int.from_bytes(bits[k:k + 4], "little", signed=True)
                                                            for k in (0, 4))))
         stores = [(ctx.ref(node), r.dtype, (j,), v) for j, v in enumerate(outputs)]
-        _stores(small, keys, stores, lambda v: _baked(dtype[v], value[v]) if baked[v] else ("reg", v),
+        _stores(small, keys, stores, lambda v: _baked(dtype(v), value[v]) if baked[v] else ("reg", v),
                 int(depth.max(initial=0)) + 1, n)
         cols.append(Columns.of(small))
-        del args, operand, reads, const_of, depth, need  # the records' arrays are copied next
-        return cls(Columns.concat(cols), _with_memory_keys(keys, small))
+        del args, operand, reads, const_of, depth, need
+        cols = Columns.concat(cols)  # and the parts go
+        return cls(cols, _with_memory_keys(keys, small))
 
     def interpreter(self, b, argv, records, regs):
         """The loop over records, at b's position (a kernel's body: lowering returns 0 after it)."""
@@ -243,14 +247,15 @@ def _stores(ops, keys, stores, spec, depth, fresh):
 class Columns:
     """Records as arrays: depth, ident (sort tie-break), key (index into `keys`), out (value
     written, -1 for a store), reads (n x 3 values read, -1 padded), f0/f1 (a load's or store's
-    slot and byte offset, a set's bits), form (0 op, 1 load or set, 2 store); mem marks loads and
-    stores (their fields must fit int32 offsets)."""
+    slot and byte offset, a set's bits), form (0 op, 1 load or set, 2 store); `fits` says whether
+    every field fits the records' int32."""
 
-    def __init__(self, depth, ident, key, out, reads, f0, f1, keys, form=None, mem=None):
-        self.depth, self.ident, self.key, self.out, self.reads = depth, ident, key, out, reads
-        self.f0, self.f1, self.keys = f0, f1, keys
+    def __init__(self, depth, ident, key, out, reads, f0, f1, keys, form=None):
+        self.fits = all(np.asarray(x).max(initial=0) < 2 ** 31 for x in (f0, f1))
+        i32 = functools.partial(np.asarray, dtype=np.int32)  # int32 columns: a 2M-record tape is 80 MB less
+        self.depth, self.ident, self.key, self.out, self.reads = i32(depth), i32(ident), i32(key), i32(out), i32(reads)
+        self.f0, self.f1, self.keys = i32(f0), i32(f1), keys
         self.form = np.zeros(len(depth), dtype=np.int8) if form is None else form
-        self.mem = np.zeros(len(depth), dtype=bool) if mem is None else mem
 
     @classmethod
     def of(cls, ops):
@@ -264,15 +269,14 @@ class Columns:
                 keylist.append(key)
             tag = key[0]
             if tag == "store":
-                rows.append((d, i, k, -1, fields[0], -1, -1, fields[1], fields[2], 2, 1))
+                rows.append((d, i, k, -1, fields[0], -1, -1, fields[1], fields[2], 2))
             elif tag in ("load", "set"):
-                rows.append((d, i, k, i, -1, -1, -1, fields[0], fields[1], 1, tag == "load"))
+                rows.append((d, i, k, i, -1, -1, -1, fields[0], fields[1], 1))
             else:
                 regs = list(fields) + [-1] * (3 - len(fields))
-                rows.append((d, i, k, i, *regs, 0, 0, 0, 0))
-        a = np.array(rows, dtype=np.int64).reshape(-1, 11)
-        return cls(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4:7], a[:, 7], a[:, 8], keylist,
-                   a[:, 9].astype(np.int8), a[:, 10].astype(bool))
+                rows.append((d, i, k, i, *regs, 0, 0, 0))
+        a = np.array(rows, dtype=np.int64).reshape(-1, 10)
+        return cls(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4:7], a[:, 7], a[:, 8], keylist, a[:, 9].astype(np.int8))
 
     @classmethod
     def concat(cls, parts):
@@ -282,31 +286,38 @@ class Columns:
             keys += p.keys
             offset += len(p.keys)
         cat = np.concatenate
-        return cls(cat([p.depth for p in parts]), cat([p.ident for p in parts]), cat(shifted),
-                   cat([p.out for p in parts]), cat([p.reads for p in parts]), cat([p.f0 for p in parts]),
-                   cat([p.f1 for p in parts]), keys, cat([p.form for p in parts]), cat([p.mem for p in parts]))
+        joined = cls(cat([p.depth for p in parts]), cat([p.ident for p in parts]), cat(shifted),
+                     cat([p.out for p in parts]), cat([p.reads for p in parts]), cat([p.f0 for p in parts]),
+                     cat([p.f1 for p in parts]), keys, cat([p.form for p in parts]))
+        joined.fits = all(p.fits for p in parts)
+        return joined
 
     def sort(self, order):
         """Reorder every column (one column copied at a time)."""
-        for name in ("depth", "ident", "key", "out", "reads", "f0", "f1", "form", "mem"):
+        for name in ("depth", "ident", "key", "out", "reads", "f0", "f1", "form"):
             setattr(self, name, getattr(self, name)[order])
 
 
-def _distinct_rows(rows):
-    """(distinct rows, each row's index among them) of an int array of (kind, constant operand
-    ids): packed into one int64 per row when they fit, as np.unique over rows is ~10x slower."""
+def _distinct_rows(rows, consts, n):
+    """(distinct rows, each row's index among them) of an int array of (kind, constant operand id
+    or -1): each row packed into one int64 (consts: the constant values' ids, all < n) and
+    ranked through a table, linear in the rows (np.unique over rows sorts: ~1 s at 2M rows)."""
+    dense = np.zeros(n + 1, dtype=np.int64)  # -1 (no constant) lands on the sentinel n: 0
+    dense[consts] = np.arange(1, len(consts) + 1)
+    base, packed = len(consts) + 1, rows[:, 0].copy()
+    for j in range(1, rows.shape[1]):
+        packed = packed * base + dense[rows[:, j]]
     if not len(rows):
-        return np.zeros((0, rows.shape[1]), np.int64), np.zeros(0, np.int64)
-    ids, dense = np.unique(rows[:, 1:], return_inverse=True)  # -1 and each constant's id, densely
-    dense = dense.reshape(len(rows), -1)
-    base = len(ids)
-    if (int(rows[:, 0].max()) + 1) * base ** dense.shape[1] >= 2 ** 62:
-        return np.unique(rows, axis=0, return_inverse=True)
-    packed = rows[:, 0].copy()
-    for j in range(dense.shape[1]):
-        packed = packed * base + dense[:, j]
-    keys, first, inv = np.unique(packed, return_index=True, return_inverse=True)
-    return rows[first], inv.reshape(-1)
+        return rows, np.zeros(0, dtype=np.int64)
+    if packed.max() >= 1 << 24:
+        keys, first, inv = np.unique(packed, return_index=True, return_inverse=True)
+        return rows[first], inv.reshape(-1)
+    seen = np.full(int(packed.max()) + 1, -1, dtype=np.int64)
+    seen[packed[::-1]] = np.arange(len(packed) - 1, -1, -1)  # each key's first row
+    first = np.sort(seen[seen >= 0])
+    rank = np.zeros_like(seen)
+    rank[packed[first]] = np.arange(len(first))
+    return rows[first], rank[packed]
 
 
 def _with_memory_keys(keys, ops):
@@ -322,7 +333,7 @@ def _needed(r, tag, outputs, n):
     for v in outputs:
         need[v] = 1
     a, b, c = r.a, r.b, r.c
-    ops = (tag == 0).tolist()
+    ops = (tag == 0).tobytes()
     for v in range(n - 1, -1, -1):
         if need[v] and ops[v]:
             need[a[v]] = need[b[v]] = need[c[v]] = 1
@@ -332,36 +343,37 @@ def _needed(r, tag, outputs, n):
 def _depths(r, tag, baked, n):
     """Each value's depth: 0 for loads and sets, one more than its deepest register operand for an
     op (so an op of constants alone is 0); -1 for baked constants and 'no operand' (the sentinel)."""
-    depth = [-1] * (n + 1)
+    depth = array("q", [-1]) * (n + 1)  # an array, not a list: no int object kept per value
     a, b, c = r.a, r.b, r.c
-    ops, bk = (tag == 0).tolist(), baked.tolist()
+    ops, bk = (tag == 0).tobytes(), baked.tobytes()
     for v in range(n):
         if ops[v]:
             depth[v] = 1 + max(depth[a[v]], depth[b[v]], depth[c[v]])
         elif not bk[v]:
             depth[v] = 0
-    return np.array(depth[:n], dtype=np.int64)
+    return np.frombuffer(depth, dtype=np.int64, count=n).copy()
 
 
 def _allocate(cols, code):
     """(records as an int32 array ending in `end`, registers used): each value a register, taken
     when written and free again after its last reader (a record may write the register its
-    operand just freed). Only the free list walks the records one by one."""
+    operand just freed). Only the free list walks the records one by one, over arrays: at 2M
+    records a list of ints per record would be ~60 MB."""
     t_count = len(code)
     reads, out = cols.reads, cols.out
-    size = int(max(out.max(initial=-1), reads.max(initial=-1))) + 2
-    last = np.full(size, -1, dtype=np.int64)
-    t_of = np.repeat(np.arange(t_count, dtype=np.int64), 3)
-    flat = reads.reshape(-1)
-    ok = flat >= 0
-    np.maximum.at(last, flat[ok], t_of[ok])
-    dying = np.nonzero(last >= 0)[0]
+    size = int(max(out.max(initial=-1), reads.max(initial=-1))) + 1
+    last = np.full(size + 1, -1, dtype=np.int32)  # each value's last reader; [size]: 'no operand'
+    np.maximum.at(last, reads.reshape(-1), np.repeat(np.arange(t_count, dtype=np.int32), 3))  # -1 lands on [size]
+    last = last[:size]
+    read = last >= 0
+    dying = np.nonzero(read)[0].astype(np.int32)
     dying = iter(memoryview(dying[np.argsort(last[dying], kind="stable")]))  # values in order of their last read
-    deaths = memoryview(np.bincount(last[last >= 0], minlength=t_count).astype(np.int64))
-    reg = [0] * size
+    deaths = memoryview(np.bincount(last[read], minlength=t_count).astype(np.int32))
+    never = memoryview((~read).view(np.uint8))
+    del read
+    reg = array("i", bytes(4 * (size + 1)))  # [size] stays 0: 'no operand' reads register 0
     free, top = [], 0
-    never = memoryview((last < 0).astype(np.uint8))
-    for t, o in enumerate(memoryview(out)):  # memoryviews: no list of 10^5 ints at once
+    for t, o in enumerate(memoryview(out)):
         for _ in range(deaths[t]):
             free.append(reg[next(dying)])
         if o >= 0:
@@ -371,13 +383,13 @@ def _allocate(cols, code):
                 reg[o], top = top, top + 1
             if never[o]:  # never read (a value only a later program uses is stored)
                 free.append(reg[o])
-    regs = np.array(reg + [0], dtype=np.int64)  # index -1: 'no operand' reads as register 0
-    records = np.zeros((t_count + 1, 5), dtype=np.int32)
+    regs = np.frombuffer(reg, dtype=np.int32)
     op, fields, store = cols.form == 0, cols.form == 1, cols.form == 2
-    r = regs[reads]  # op: (out, a, b, c) registers; load, set: (out, f0, f1); store: (-, value, f0, f1)
+    records = np.zeros((t_count + 1, 5), dtype=np.int32)
     records[:t_count, 0] = code
     records[:t_count, 1] = np.where(store, 0, regs[out])
-    records[:t_count, 2] = np.where(fields, cols.f0, r[:, 0])
-    records[:t_count, 3] = np.where(op, r[:, 1], np.where(fields, cols.f1, cols.f0))
-    records[:t_count, 4] = np.where(op, r[:, 2], np.where(fields, 0, cols.f1))
+    # op: (out, a, b, c) registers; load, set: (out, f0, f1); store: (-, value, f0, f1)
+    records[:t_count, 2] = np.where(fields, cols.f0, regs[reads[:, 0]])
+    records[:t_count, 3] = np.where(op, regs[reads[:, 1]], np.where(fields, cols.f1, cols.f0))
+    records[:t_count, 4] = np.where(op, regs[reads[:, 2]], np.where(fields, 0, cols.f1))
     return records, top
