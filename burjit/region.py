@@ -249,9 +249,19 @@ def _open(trace, dtype):
 
 
 def reverse(r, top, seeds, import_needs):
-    """Cotangents of r's imports, walking records [0, top) of the open region r backwards from
-    `seeds` (value -> cotangent). Each VJP rule runs on r's values, so adjoints record into r.
-    import_needs[i]: whether import i wants a cotangent (it depends on what grad is taken of)."""
+    """Cotangents of r's imports (a RegionTracer or None each), from records [0, top) of the open
+    region r walked back from `seeds` (value -> cotangent, values of r): adjoint records go into r.
+    import_needs[i]: whether import i wants a cotangent (it depends on what grad is taken of).
+    By templates (region_reverse.py); by `walk` when a VJP rule cannot be a template."""
+    from . import region_reverse
+    try:
+        return region_reverse.reverse(r, top, seeds, import_needs)
+    except region_reverse.NotScalar:
+        return walk(r, top, seeds, import_needs)
+
+
+def walk(r, top, seeds, import_needs):
+    """reverse, one record at a time: each VJP rule runs on r's values, recording into r."""
     from . import ops as F
     kinds, A, B, C = r.kinds, r.a, r.b, r.c
     live = bytearray(top + 1)  # value depends on an import that wants a cotangent (live[-1]: none)
