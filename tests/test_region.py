@@ -3,14 +3,20 @@ records; small ones, tier 'straight' and regions with too many opcodes become pl
 way of reading a region's values (outputs, tensor ops, later regions, grad) gives the reference's
 values and straight-line code's bits."""
 
+import dataclasses
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import burjit
 from burjit import ops as F
-from burjit import region
+from burjit import primitives as P
+from burjit import region, region_reverse
 
 from test_grad_fd import check
+from test_tape import scalar_program
 
 
 def _chain(n):
@@ -155,3 +161,46 @@ def test_a_traced_error_in_a_region_names_the_users_line(monkeypatch):
         return -v
     with pytest.raises(burjit.TracingError, match=r"test_region.py:\d+: if v > 0"):
         burjit.compile(f)(np.array([1.0, 2.0]))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 99), st.integers(0, 99), st.integers(0, 99)),
+                min_size=1, max_size=30))
+def test_templates_give_the_bits_of_the_record_by_record_walk(ops):
+    """region.reverse lays out template copies; region.walk runs each VJP rule per record: the
+    same records, so the same bits (and both the reference's values)."""
+    x = np.array([-1.5, -0.25, -0.0, 0.0, 0.75, 2.0])
+    fn = scalar_program(ops)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BURJIT_TIER", "tape")
+        by_templates = burjit.compile(fn)(x)
+        mp.setattr(region_reverse, "reverse", _refuse)
+        walked = burjit.compile(fn)(x)
+    for a, b in zip(by_templates, walked):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    want = burjit.compile(fn, backend="reference", tier="straight")(x)
+    np.testing.assert_allclose(by_templates[1], want[1], rtol=1e-9, atol=1e-12)
+
+
+def _refuse(*args):
+    raise region_reverse.NotScalar
+
+
+def test_a_rule_that_leaves_the_region_is_walked(monkeypatch):
+    """A VJP rule reading its values as graph nodes cannot be a template: that region is walked."""
+    monkeypatch.setenv("BURJIT_TIER", "tape")
+    calls = []
+    walk = region.walk
+    monkeypatch.setattr(region, "walk", lambda *a: calls.append(1) or walk(*a))
+    original = P.PRIMITIVES["tanh"]
+    leaving = dataclasses.replace(original, vjp=lambda F, g, out, xs, needs, a: [
+        F.reshape(F.reshape(g * (1.0 - out * out), (1,)), ())])  # reshape: a graph op
+    monkeypatch.setitem(P.PRIMITIVES, "tanh", leaving)
+    region_reverse._TEMPLATES.clear()
+    f = burjit.value_and_grad(lambda x: F.tanh(x[0] * x[1]) * x[0])
+    x = np.array([0.4, -0.7])
+    got = burjit.compile(f)(x)
+    region_reverse._TEMPLATES.clear()
+    assert calls
+    t = np.tanh(x[0] * x[1])
+    np.testing.assert_allclose(got[1], [t + x[0] * (1 - t * t) * x[1], x[0] * (1 - t * t) * x[0]], rtol=1e-12)
