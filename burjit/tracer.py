@@ -1,7 +1,9 @@
 """Tracer values: running the user's step on these records every op into a Graph.
 
 `bind` is the one way a node is created: it infers shape and dtype from the op registry and
-stamps the user's file:line on the node, so every later error can point at user code.
+stamps the user's file:line on the node, so every later error can point at user code. A 0-d op
+on floats is recorded into the trace's open scalar region instead (region.py), and becomes a
+node (or part of one region node) only when something reads it as a graph value.
 """
 
 import linecache
