@@ -65,11 +65,11 @@ class RegionTracer(Tracer):
 class Region:
     """Records as columns, one row per value v: kinds[v] (an id into KINDS), its operand values
     a[v], b[v], c[v] (-1 past its arity; an IMPORT's a is its position in `imports`), srcs[v];
-    `values` holds each CONST's value. ~40 bytes a value, where a graph node takes ~1.3 kB."""
+    `values` holds each CONST's value. ~24 bytes a value, where a graph node takes ~1.3 kB."""
 
     def __init__(self, trace, dtype):
         self.trace, self.dtype = trace, dtype
-        self.kinds, self.a, self.b, self.c, self.srcs = array("i"), array("q"), array("q"), array("q"), []
+        self.kinds, self.a, self.b, self.c, self.srcs = array("i"), array("i"), array("i"), array("i"), []
         self.values, self.imports, self._imported, self._consts = {}, [], {}, {}
         self.is_open, self.nodes = True, None   # nodes: value -> graph node once expanded
         self.node, self.outputs, self.slots, self._read, self._digest = None, [], {}, {}, None
@@ -336,7 +336,7 @@ def _vjp(F, g, out, xs, needs, attrs):
     src, outputs = attrs["region"], attrs["outputs"]
     src.freeze(outputs)
     r = Region(out.trace, src.dtype)
-    r.kinds, r.a, r.b, r.c, r.srcs = array("i", src.kinds), array("q", src.a), array("q", src.b), array("q", src.c), list(src.srcs)
+    r.kinds, r.a, r.b, r.c, r.srcs = array("i", src.kinds), array("i", src.a), array("i", src.b), array("i", src.c), list(src.srcs)
     r.values, r.imports, r._imported, r._consts = dict(src.values), list(src.imports), dict(src._imported), dict(src._consts)
     top = len(r)
     seeds = {v: r.value(r.operand(g[j])) for j, v in enumerate(outputs)}

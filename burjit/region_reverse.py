@@ -18,6 +18,7 @@ import numpy as np
 from . import primitives as P
 from . import region as R
 
+I = np.int32  # ids: a region stays under 2^31 values
 _TEMPLATES = {}  # (kind, needs, region dtype) -> (records, outs), or None: the rule left the region
 
 
@@ -90,14 +91,15 @@ def _record(trace, k, needs, dtype):
 def reverse(r, top, seeds, import_needs):
     """region.reverse, by templates (NotScalar when a rule cannot be one)."""
     trace = r.trace
-    K = np.frombuffer(r.kinds, dtype=np.int32, count=top).astype(np.int64)
-    args = np.stack([np.frombuffer(col, dtype=np.int64, count=top) for col in (r.a, r.b, r.c)], axis=1)
+    K = np.frombuffer(r.kinds, dtype=I, count=top).copy()  # a copy: r grows below
+    args = np.stack([np.frombuffer(col, dtype=I, count=top) for col in (r.a, r.b, r.c)], axis=1)
     live = _live(r, top, import_needs)  # [top] = 0: 'no operand' (-1) reads it
     # which template each record of a kind with a VJP takes: (kind, needs) as kind * 8 + bits
     vjp = np.array([op not in (R.IMPORT, R.CONST) and P.PRIMITIVES[op].vjp is not None for op, *_ in R.KINDS])
     bits = live[args[:, 0]] | live[args[:, 1]] << 1 | live[args[:, 2]] << 2
     cand = live[:top].astype(bool) & vjp[K]
     tkey = np.where(cand, K * 8 + bits, -1)
+    del bits
     keys = np.unique(tkey[cand])
     arity = [len(R.KINDS[k][3]) for k in (keys // 8).tolist()]
     temps = [template(trace, k, tuple(bool(b >> i & 1) for i in range(n)), r.dtype)
@@ -107,32 +109,38 @@ def reverse(r, top, seeds, import_needs):
             if o is not None and o[0] == "const":
                 r.const(o[1], o[2], None)
     base = len(r)
-    tid = np.full(top, -1, dtype=np.int64)
+    tid = np.full(top, -1, dtype=I)
     tid[cand] = np.searchsorted(keys, tkey[cand])
+    del tkey, cand
     emit_of = np.array([sum(1 << i for i, o in enumerate(outs) if o is not None) for _, outs in temps] + [0])
     emit = emit_of[tid]  # tid -1: the last entry, 0
     has = _receiving(r, emit, seeds, top)
     inst = has[:top].astype(bool) & (tid >= 0)
+    del has, live
 
     # contributions (target, source, operand position); a seed's source is `top`: it comes first
-    V = np.nonzero(inst)[0]
-    parts = [(args[V, p][m], V[m], np.full(m.sum(), p)) for p in range(3) for m in [(emit[V] >> p & 1).astype(bool)]]
-    seed_at = np.array(sorted(seeds), dtype=np.int64)
+    V = np.nonzero(inst)[0].astype(I)
+    parts = [(args[V, p][m], V[m], np.full(m.sum(), p, dtype=I)) for p in range(3) for m in [(emit[V] >> p & 1).astype(bool)]]
+    del V, emit
+    seed_at = np.array(sorted(seeds), dtype=I)
     tgt = np.concatenate([seed_at] + [p[0] for p in parts])
-    srcv = np.concatenate([np.full(len(seed_at), top)] + [p[1] for p in parts])
-    pos = np.concatenate([np.zeros(len(seed_at), np.int64)] + [p[2] for p in parts])
+    srcv = np.concatenate([np.full(len(seed_at), top, dtype=I)] + [p[1] for p in parts])
+    pos = np.concatenate([np.zeros(len(seed_at), I)] + [p[2] for p in parts])
+    del parts
     order = np.lexsort((pos, -srcv, tgt))
     tgt, srcv, pos = tgt[order], srcv[order], pos[order]
-    m = np.bincount(tgt, minlength=top)
+    del order
+    m = np.bincount(tgt, minlength=top).astype(I)
     adds = np.maximum(m - 1, 0)
-    tlen = np.array([len(recs) for recs, _ in temps] + [0])[tid]
-    size = adds + np.where(inst, tlen, 0)
-    off = base + np.concatenate([[0], np.cumsum(size[::-1])])[:-1][::-1]  # blocks from the last value down
+    size = adds + np.where(inst, np.array([len(recs) for recs, _ in temps] + [0], dtype=I)[tid], 0)
+    off = (base + np.concatenate([[0], np.cumsum(size[::-1], dtype=np.int64)])[:-1][::-1]).astype(I)  # from the last value down
     inst_off = off + adds
+    total = int(size.sum())
+    del adds, size
 
     # each contribution's value id; ('in', 0) is the sender's own cotangent: resolved below
-    cid = np.full(len(tgt), -1, dtype=np.int64)
-    via = np.full(len(tgt), -1, dtype=np.int64)  # contribution = the cotangent of value via
+    cid = np.full(len(tgt), -1, dtype=I)
+    via = np.full(len(tgt), -1, dtype=I)  # contribution = the cotangent of value via
     seeded = srcv == top
     cid[seeded] = [seeds[t].index for t in tgt[seeded].tolist()]
     group = np.where(seeded, -1, tid[np.minimum(srcv, top - 1)] * 3 + pos)  # (template, position)
@@ -143,12 +151,13 @@ def reverse(r, top, seeds, import_needs):
             sel = by[edges[3 * j + p]:edges[3 * j + p + 1]]
             if o is not None and len(sel):
                 cid[sel], via[sel] = _ids(r, o, srcv[sel], inst_off, args, None)
-    first = np.searchsorted(tgt, np.arange(top))  # each target's first contribution
-    ct = np.full(top + 1, -1, dtype=np.int64)
+    del group, by, seeded
+    first = np.searchsorted(tgt, np.arange(top, dtype=I)).astype(I)  # each target's first contribution
+    ct = np.full(top + 1, -1, dtype=I)
     one = m == 1
     ct[:top][m >= 2] = (off + m - 2)[m >= 2]
     ct[:top][one] = cid[first[one]]
-    pending = np.full(top + 1, -1, dtype=np.int64)
+    pending = np.full(top + 1, -1, dtype=I)
     pending[:top][one] = via[first[one]]
     while (pending >= 0).any():  # pointer jumping along chains of passed-on cotangents (adds)
         at = np.nonzero(pending >= 0)[0]
@@ -159,20 +168,23 @@ def reverse(r, top, seeds, import_needs):
         pending[at] = np.where(done, -1, after)
     known = via >= 0
     cid[known] = ct[via[known]]
+    del pending, known, via, one
 
-    total = int(size.sum())
-    kinds = np.zeros(total, dtype=np.int32)
-    cols = np.full((total, 3), -1, dtype=np.int64)
+    kinds = np.zeros(total, dtype=I)
+    cols = np.full((total, 3), -1, dtype=I)
     srcs = np.empty(total, dtype=object)
-    old_src = np.array(r.srcs[:top] + [None], dtype=object)
+    old_src = np.empty(top + 1, dtype=object)
+    old_src[:top] = r.srcs[:top]
     # the adds: for a target with contributions c0..c(m-1), add q = (add q-1 or c0, cq)
-    q = np.arange(len(tgt)) - first[tgt]
+    q = np.arange(len(tgt), dtype=I) - first[tgt]
+    del first, m
     sel = np.nonzero(q >= 1)[0]
     at = off[tgt[sel]] + q[sel] - 1 - base
     kinds[at] = R.kind("add", None, r.dtype, (r.dtype, r.dtype))  # cotangents are of the region's dtype
     cols[at, 0] = np.where(q[sel] == 1, cid[sel - 1], at + base - 1)
     cols[at, 1] = cid[sel]
     srcs[at] = old_src[srcv[sel]]
+    del q, sel, at, tgt, srcv, pos, cid
     # the template copies
     for j, (recs, _) in enumerate(temps):
         Vj = np.nonzero(inst & (tid == j))[0]
@@ -186,6 +198,7 @@ def reverse(r, top, seeds, import_needs):
     r.kinds.frombytes(kinds.tobytes())
     for s, col in enumerate((r.a, r.b, r.c)):
         col.frombytes(cols[:, s].tobytes())
+    del cols, kinds, old_src
     r.srcs.extend(srcs.tolist())
     out = [None] * len(r.imports)
     for v in np.nonzero(np.isin(K, [k for k, (op, *_) in enumerate(R.KINDS) if op == R.IMPORT]) & (ct[:top] >= 0))[0]:
@@ -197,11 +210,11 @@ def _ids(r, o, V, inst_off, args, ct):
     """Value ids ref o stands for in the copies for records V, and (with ct None) which
     cotangent each stands for instead (('in', 0), resolved later), else -1."""
     kind = o[0]
-    none = np.full(len(V), -1, dtype=np.int64)
+    none = np.full(len(V), -1, dtype=I)
     if kind == "local":
         return inst_off[V] + o[1], none
     if kind == "const":
-        return np.full(len(V), r.const(o[1], o[2], None), dtype=np.int64), none
+        return np.full(len(V), r.const(o[1], o[2], None), dtype=I), none
     if o[1] == 0:
         return (none, V) if ct is None else (ct[V], none)
     return (V if o[1] == 1 else args[V, o[1] - 2]), none
@@ -219,7 +232,7 @@ def _live(r, top, import_needs):
             live[v] = import_needs[A[v]]
         elif k not in const:
             live[v] = live[A[v]] or live[B[v]] or live[C[v]]
-    return np.frombuffer(bytes(live), dtype=np.uint8).astype(np.int64)
+    return np.frombuffer(bytes(live), dtype=np.uint8).astype(I)
 
 
 def _receiving(r, emit, seeds, top):

@@ -72,8 +72,9 @@ class Tape:
             return
         self._attrs = keys
         rank = {k: c + 1 for c, k in enumerate(self.table)}
-        code = np.array([rank[k] for k in cols.keys], dtype=np.int64)[cols.key]
+        code = np.array([rank[k] for k in cols.keys], dtype=np.int32)[cols.key]
         order = np.lexsort((cols.ident, code, cols.depth))
+        cols.depth = cols.ident = cols.key = None  # the order is all they were for
         cols.sort(order)
         self.records, self.registers = _allocate(cols, code[order])
 
@@ -121,7 +122,7 @@ class Tape:
         K = np.frombuffer(r.kinds, dtype=np.int32, count=n)
         args = np.full((n + 1, 3), -1, dtype=np.int32)  # row n: a sentinel for 'no operand'
         for j, col in enumerate((r.a, r.b, r.c)):
-            args[:n, j] = np.frombuffer(col, dtype=np.int64, count=n)
+            args[:n, j] = np.frombuffer(col, dtype=np.int32, count=n)
         kinds = {k: R.KINDS[k] for k in np.unique(K).tolist()}
         tag = np.zeros(n + 1, dtype=np.int8)  # 0 op, 1 import, 2 constant (sentinel: 2, not a register)
         tag[n] = 2
@@ -142,10 +143,10 @@ class Tape:
         depth = _depths(r, tag, baked, n)
         dtype = r.dtype_of
 
-        ops = np.nonzero(need & (tag[:n] == 0))[0]
+        ops = np.nonzero(need & (tag[:n] == 0))[0].astype(np.int32)
         operand = args[ops]
-        const_of = np.where(baked[operand] & (operand != n) & (operand >= 0), operand, -1)
-        uniq, inv = _distinct_rows(np.concatenate([K[ops, None], const_of], axis=1),
+        const = baked[operand] & (operand >= 0)  # -1 ('no operand') reads the sentinel, baked too
+        uniq, inv = _distinct_rows(np.concatenate([K[ops, None], np.where(const, operand, -1)], axis=1),
                                    np.nonzero(baked[:n])[0], n)
         keylist, keys = [], {}
         for row in uniq.tolist():
@@ -154,10 +155,10 @@ class Tape:
             key = ("op", op, repr(sorted(attrs.items())) if attrs else "[]", spec, out_dtype)
             keylist.append(key)
             keys.setdefault(key, attrs)
-        reads = np.where(baked[operand] | (operand < 0), -1, operand)
-        reads = np.take_along_axis(reads, np.argsort(reads < 0, axis=1, kind="stable"), axis=1)  # registers first
-        cols = [Columns(depth[ops], ops, inv.reshape(-1), ops, reads, np.zeros(len(ops), np.int64), np.zeros(len(ops), np.int64),
-                        keylist)]
+        reads = _registers_first(np.where(const | (operand < 0), -1, operand))
+        del operand, const, args
+        zero = np.zeros(len(ops), np.int32)
+        cols = [Columns(depth[ops], ops, inv, ops, reads, zero, zero, keylist)]
         small = []  # loads, sets and stores: one per import, unbaked constant and output
         for v, (slot, off) in where.items():
             if need[v]:
@@ -171,9 +172,8 @@ class Tape:
         _stores(small, keys, stores, lambda v: _baked(dtype(v), value[v]) if baked[v] else ("reg", v),
                 int(depth.max(initial=0)) + 1, n)
         cols.append(Columns.of(small))
-        del args, operand, reads, const_of, depth, need
-        cols = Columns.concat(cols)  # and the parts go
-        return cls(cols, _with_memory_keys(keys, small))
+        del depth, need, reads, ops, inv, zero
+        return cls(Columns.concat(cols), _with_memory_keys(keys, small))
 
     def interpreter(self, b, argv, records, regs):
         """The loop over records, at b's position (a kernel's body: lowering returns 0 after it)."""
@@ -280,22 +280,38 @@ class Columns:
 
     @classmethod
     def concat(cls, parts):
-        offset, keys, shifted = 0, [], []
+        """One Columns of `parts`, which it empties column by column (a copy of one column at a time)."""
+        offset, keys = 0, []
         for p in parts:
-            shifted.append(p.key + offset)
+            p.key = p.key + offset
             keys += p.keys
             offset += len(p.keys)
-        cat = np.concatenate
-        joined = cls(cat([p.depth for p in parts]), cat([p.ident for p in parts]), cat(shifted),
-                     cat([p.out for p in parts]), cat([p.reads for p in parts]), cat([p.f0 for p in parts]),
-                     cat([p.f1 for p in parts]), keys, cat([p.form for p in parts]))
-        joined.fits = all(p.fits for p in parts)
+        joined = cls.__new__(cls)
+        joined.keys, joined.fits = keys, all(p.fits for p in parts)
+        for name in _COLUMNS:
+            setattr(joined, name, np.concatenate([getattr(p, name) for p in parts]))
+            for p in parts:
+                setattr(p, name, None)
         return joined
 
     def sort(self, order):
-        """Reorder every column (one column copied at a time)."""
-        for name in ("depth", "ident", "key", "out", "reads", "f0", "f1", "form"):
-            setattr(self, name, getattr(self, name)[order])
+        """Reorder every column still held (one column copied at a time)."""
+        for name in _COLUMNS:
+            if getattr(self, name) is not None:
+                setattr(self, name, getattr(self, name)[order])
+
+
+_COLUMNS = ("depth", "ident", "key", "out", "reads", "f0", "f1", "form")
+
+
+def _registers_first(reads):
+    """Each row's register operands (>= 0) first, in order, then the -1s: a record's fields a, b, c
+    are the registers its opcode reads, in operand order (baked constants take no field)."""
+    r0, r1, r2 = reads[:, 0], reads[:, 1], reads[:, 2]
+    m0, m1 = r0 >= 0, r1 >= 0
+    return np.stack([np.where(m0, r0, np.where(m1, r1, r2)),
+                     np.where(m0, np.where(m1, r1, r2), np.where(m1, r2, -1)),
+                     np.where(m0 & m1, r2, -1)], axis=1)
 
 
 def _distinct_rows(rows, consts, n):
@@ -351,7 +367,7 @@ def _depths(r, tag, baked, n):
             depth[v] = 1 + max(depth[a[v]], depth[b[v]], depth[c[v]])
         elif not bk[v]:
             depth[v] = 0
-    return np.frombuffer(depth, dtype=np.int64, count=n).copy()
+    return np.frombuffer(depth, dtype=np.int64, count=n).astype(np.int32)
 
 
 def _allocate(cols, code):
@@ -363,12 +379,15 @@ def _allocate(cols, code):
     reads, out = cols.reads, cols.out
     size = int(max(out.max(initial=-1), reads.max(initial=-1))) + 1
     last = np.full(size + 1, -1, dtype=np.int32)  # each value's last reader; [size]: 'no operand'
-    np.maximum.at(last, reads.reshape(-1), np.repeat(np.arange(t_count, dtype=np.int32), 3))  # -1 lands on [size]
+    when = np.arange(t_count, dtype=np.int32)
+    for j in range(3):
+        np.maximum.at(last, reads[:, j], when)  # -1 lands on [size]
     last = last[:size]
     read = last >= 0
-    dying = np.nonzero(read)[0].astype(np.int32)
-    dying = iter(memoryview(dying[np.argsort(last[dying], kind="stable")]))  # values in order of their last read
-    deaths = memoryview(np.bincount(last[read], minlength=t_count).astype(np.int32))
+    deaths = memoryview(np.bincount(last[read], minlength=t_count).astype(np.int32))  # values last read at t
+    readers = np.nonzero(read)[0].astype(np.int32)
+    dying = iter(memoryview(readers[np.argsort(last[readers], kind="stable")]))  # in order of their last read
+    del when, readers
     never = memoryview((~read).view(np.uint8))
     del read
     reg = array("i", bytes(4 * (size + 1)))  # [size] stays 0: 'no operand' reads register 0
@@ -384,12 +403,14 @@ def _allocate(cols, code):
             if never[o]:  # never read (a value only a later program uses is stored)
                 free.append(reg[o])
     regs = np.frombuffer(reg, dtype=np.int32)
-    op, fields, store = cols.form == 0, cols.form == 1, cols.form == 2
     records = np.zeros((t_count + 1, 5), dtype=np.int32)
     records[:t_count, 0] = code
-    records[:t_count, 1] = np.where(store, 0, regs[out])
-    # op: (out, a, b, c) registers; load, set: (out, f0, f1); store: (-, value, f0, f1)
-    records[:t_count, 2] = np.where(fields, cols.f0, regs[reads[:, 0]])
-    records[:t_count, 3] = np.where(op, regs[reads[:, 1]], np.where(fields, cols.f1, cols.f0))
-    records[:t_count, 4] = np.where(op, regs[reads[:, 2]], np.where(fields, 0, cols.f1))
+    # op: (out, a, b, c) registers; load, set: (out, f0, f1); store: (-, value, f0, f1). Column by
+    # column, each written once and patched where the form differs: few temporaries at 10^6 records
+    records[:t_count, 1] = regs[out]
+    for j in range(3):
+        records[:t_count, 2 + j] = regs[reads[:, j]]
+    fields, store = np.nonzero(cols.form == 1)[0], np.nonzero(cols.form == 2)[0]
+    records[fields, 2], records[fields, 3], records[fields, 4] = cols.f0[fields], cols.f1[fields], 0
+    records[store, 1], records[store, 3], records[store, 4] = 0, cols.f0[store], cols.f1[store]
     return records, top
