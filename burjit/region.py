@@ -139,6 +139,10 @@ class Region:
 
     # -- leaving the region ---------------------------------------------------------------------
     def node_of(self, v):
+        if self.srcs is None:
+            from .errors import TracingError
+            raise TracingError("a traced value from a finished trace was used; do not keep traced values "
+                               "in globals between steps")
         if self.is_open:
             self.close()
         if self.nodes is not None:
@@ -188,6 +192,11 @@ class Region:
             return x.node
         # not F.astype: a 0-d convert would be recorded into this dtype's open region
         return self.trace.graph.add("convert", [x.node], (), dtype, {"dtype": dtype}, self.srcs[v])
+
+    def seal(self):
+        """The trace is over: drop what only recording reads (each record's source line: 18 MB at
+        2M records; the import and constant tables). Codegen reads the columns and values alone."""
+        self.srcs, self._imported, self._consts, self._read, self.trace = None, None, None, None, None
 
     def freeze(self, outputs):
         """A VJP read the node with `outputs`: later exports go to a new node (shapes stay put)."""

@@ -74,6 +74,9 @@ class Trace:
 
     def __exit__(self, *exc):
         _stack().pop()
+        for n, a in self.graph.nx.nodes(data=True):  # region nodes: their recording state goes
+            if a["op"] == "region":
+                a["attrs"]["region"].seal()
 
 
 def _stack():

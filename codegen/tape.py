@@ -73,10 +73,12 @@ class Tape:
         self._attrs = keys
         rank = {k: c + 1 for c, k in enumerate(self.table)}
         code = np.array([rank[k] for k in cols.keys], dtype=np.int32)[cols.key]
-        order = np.lexsort((cols.ident, code, cols.depth))
-        cols.depth = cols.ident = cols.key = None  # the order is all they were for
+        order = np.lexsort((cols.out, code, cols.depth))  # (ties: by value; stores as listed)
+        cols.depth = cols.key = None  # the order is all they were for
         cols.sort(order)
-        self.records, self.registers = _allocate(cols, code[order])
+        code = code[order]
+        del order
+        self.records, self.registers = _allocate(cols, code)
 
     @classmethod
     def of_program(cls, program, constant):
@@ -157,8 +159,7 @@ class Tape:
             keys.setdefault(key, attrs)
         reads = _registers_first(np.where(const | (operand < 0), -1, operand))
         del operand, const, args
-        zero = np.zeros(len(ops), np.int32)
-        cols = [Columns(depth[ops], ops, inv, ops, reads, zero, zero, keylist)]
+        cols = [Columns(depth[ops], inv, ops, reads, keylist)]
         small = []  # loads, sets and stores: one per import, unbaked constant and output
         for v, (slot, off) in where.items():
             if need[v]:
@@ -172,7 +173,7 @@ class Tape:
         _stores(small, keys, stores, lambda v: _baked(dtype(v), value[v]) if baked[v] else ("reg", v),
                 int(depth.max(initial=0)) + 1, n)
         cols.append(Columns.of(small))
-        del depth, need, reads, ops, inv, zero
+        del depth, need, reads, ops, inv
         return cls(Columns.concat(cols), _with_memory_keys(keys, small))
 
     def interpreter(self, b, argv, records, regs):
@@ -245,63 +246,74 @@ def _stores(ops, keys, stores, spec, depth, fresh):
 
 
 class Columns:
-    """Records as arrays: depth, ident (sort tie-break), key (index into `keys`), out (value
-    written, -1 for a store), reads (n x 3 values read, -1 padded), f0/f1 (a load's or store's
-    slot and byte offset, a set's bits), form (0 op, 1 load or set, 2 store); `fits` says whether
-    every field fits the records' int32."""
+    """Records as arrays: depth, key (index into `keys`), out (value written, -1 for a store),
+    reads (n x 3 values read, -1 padded), form (0 op, 1 load or set, 2 store), and, for the rows
+    `field_rows` alone (the loads, sets and stores), f0/f1: a load's or store's slot and byte offset,
+    a set's bits; `fits` says whether those fit the records' int32."""
 
-    def __init__(self, depth, ident, key, out, reads, f0, f1, keys, form=None):
-        self.fits = all(np.asarray(x).max(initial=0) < 2 ** 31 for x in (f0, f1))
+    def __init__(self, depth, key, out, reads, keys, form=None, fields=None):
         i32 = functools.partial(np.asarray, dtype=np.int32)  # int32 columns: a 2M-record tape is 80 MB less
-        self.depth, self.ident, self.key, self.out, self.reads = i32(depth), i32(ident), i32(key), i32(out), i32(reads)
-        self.f0, self.f1, self.keys = i32(f0), i32(f1), keys
-        self.form = np.zeros(len(depth), dtype=np.int8) if form is None else form
+        self.depth, self.key, self.out, self.reads, self.keys = i32(depth), i32(key), i32(out), i32(reads), keys
+        self.form = np.zeros(len(self.depth), dtype=np.int8) if form is None else form
+        rows, f0, f1 = fields if fields is not None else ((), (), ())
+        self.fits = all(np.asarray(f, dtype=np.int64).max(initial=0) < 2 ** 31 for f in (f0, f1))
+        self.field_rows, self.f0, self.f1 = i32(rows), i32(f0), i32(f1)
 
     @classmethod
     def of(cls, ops):
-        """From (depth, ident, key, fields) tuples: fields are an op's registers read, a load's or
+        """From (depth, value id, key, fields) tuples: fields are an op's registers read, a load's or
         set's (a, b), a store's (value, slot, offset)."""
-        keylist, index, rows = [], {}, []
-        for d, i, key, fields in ops:
+        keylist, index, rows, fields = [], {}, [], []
+        for d, i, key, f in ops:
             k = index.get(key)
             if k is None:
                 k = index[key] = len(keylist)
                 keylist.append(key)
             tag = key[0]
             if tag == "store":
-                rows.append((d, i, k, -1, fields[0], -1, -1, fields[1], fields[2], 2))
+                fields.append((len(rows), f[1], f[2]))
+                rows.append((d, k, -1, f[0], -1, -1, 2))
             elif tag in ("load", "set"):
-                rows.append((d, i, k, i, -1, -1, -1, fields[0], fields[1], 1))
+                fields.append((len(rows), f[0], f[1]))
+                rows.append((d, k, i, -1, -1, -1, 1))
             else:
-                regs = list(fields) + [-1] * (3 - len(fields))
-                rows.append((d, i, k, i, *regs, 0, 0, 0))
-        a = np.array(rows, dtype=np.int64).reshape(-1, 10)
-        return cls(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4:7], a[:, 7], a[:, 8], keylist, a[:, 9].astype(np.int8))
+                rows.append((d, k, i, *(list(f) + [-1] * (3 - len(f))), 0))
+        a = np.array(rows, dtype=np.int64).reshape(-1, 7)
+        fa = np.array(fields, dtype=np.int64).reshape(-1, 3)
+        return cls(a[:, 0], a[:, 1], a[:, 2], a[:, 3:6], keylist, a[:, 6].astype(np.int8), (fa[:, 0], fa[:, 1], fa[:, 2]))
 
     @classmethod
     def concat(cls, parts):
         """One Columns of `parts`, which it empties column by column (a copy of one column at a time)."""
-        offset, keys = 0, []
+        offset, rows, keys = 0, [], []
         for p in parts:
-            p.key = p.key + offset
+            p.key = p.key + len(keys)
             keys += p.keys
-            offset += len(p.keys)
+            rows.append(p.field_rows + offset)
+            offset += len(p.depth)
         joined = cls.__new__(cls)
-        joined.keys, joined.fits = keys, all(p.fits for p in parts)
-        for name in _COLUMNS:
+        joined.keys, joined.fits, joined.field_rows = keys, all(p.fits for p in parts), np.concatenate(rows)
+        for name in _COLUMNS + ("f0", "f1"):
             setattr(joined, name, np.concatenate([getattr(p, name) for p in parts]))
             for p in parts:
                 setattr(p, name, None)
         return joined
 
     def sort(self, order):
-        """Reorder every column still held (one column copied at a time)."""
+        """Reorder every column still held (one column copied at a time), and the field rows."""
+        at = np.full(len(order), -1, dtype=np.int32)  # field index of each old row
+        at[self.field_rows] = np.arange(len(self.field_rows), dtype=np.int32)
+        moved = at[order]
+        self.field_rows = np.nonzero(moved >= 0)[0].astype(np.int32)
+        pick = moved[self.field_rows]
+        self.f0, self.f1 = self.f0[pick], self.f1[pick]
+        del at, moved
         for name in _COLUMNS:
             if getattr(self, name) is not None:
                 setattr(self, name, getattr(self, name)[order])
 
 
-_COLUMNS = ("depth", "ident", "key", "out", "reads", "f0", "f1", "form")
+_COLUMNS = ("depth", "key", "out", "reads", "form")
 
 
 def _registers_first(reads):
@@ -402,6 +414,7 @@ def _allocate(cols, code):
                 reg[o], top = top, top + 1
             if never[o]:  # never read (a value only a later program uses is stored)
                 free.append(reg[o])
+    del dying, deaths, never, last
     regs = np.frombuffer(reg, dtype=np.int32)
     records = np.zeros((t_count + 1, 5), dtype=np.int32)
     records[:t_count, 0] = code
@@ -410,7 +423,8 @@ def _allocate(cols, code):
     records[:t_count, 1] = regs[out]
     for j in range(3):
         records[:t_count, 2 + j] = regs[reads[:, j]]
-    fields, store = np.nonzero(cols.form == 1)[0], np.nonzero(cols.form == 2)[0]
-    records[fields, 2], records[fields, 3], records[fields, 4] = cols.f0[fields], cols.f1[fields], 0
-    records[store, 1], records[store, 3], records[store, 4] = 0, cols.f0[store], cols.f1[store]
+    rows, store = cols.field_rows, cols.form[cols.field_rows] == 2
+    fields, stores = rows[~store], rows[store]
+    records[fields, 2], records[fields, 3], records[fields, 4] = cols.f0[~store], cols.f1[~store], 0
+    records[stores, 1], records[stores, 3], records[stores, 4] = 0, cols.f0[store], cols.f1[store]
     return records, top

@@ -204,3 +204,19 @@ def test_a_rule_that_leaves_the_region_is_walked(monkeypatch):
     assert calls
     t = np.tanh(x[0] * x[1])
     np.testing.assert_allclose(got[1], [t + x[0] * (1 - t * t) * x[1], x[0] * (1 - t * t) * x[0]], rtol=1e-12)
+
+
+def test_a_region_value_kept_past_its_trace_is_refused(monkeypatch):
+    monkeypatch.setenv("BURJIT_TIER", "tape")
+    kept = []
+
+    def f(x):
+        v = F.tanh(x[0]) * x[1]
+        kept.append(v)
+        return v
+    step = burjit.compile(f)
+    step(np.array([1.0, 2.0]))
+    with pytest.raises(burjit.TracingError, match="finished trace"):
+        kept[0].node
+    with pytest.raises(burjit.TracingError, match=r"finished\) trace was used"):
+        burjit.compile(lambda x: x[0] * kept[0])(np.array([1.0, 2.0]))
