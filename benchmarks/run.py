@@ -211,7 +211,7 @@ def parse(argv):
                     + " plus each workload's extras)")
     ap.add_argument("--dtype", choices=("float64", "float32", "both"), default=None,
                     help="run every workload in this dtype (default: each workload's own, float64 unless it says)")
-    ap.add_argument("--large", action="store_true", help="also the workloads' large cases (fastest_autograd n=100000)")
+    ap.add_argument("--large", action="store_true", help="also the workloads' large cases (fastest_autograd n=100000 and n=1000000)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per request (default 60, quick 45)")
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 7, quick 3)")
     ap.add_argument("--round-time", type=float, default=None, help="seconds per framework per round (0.2, quick 0.03)")

@@ -16,7 +16,7 @@ import numpy as np
 from . import Grad
 
 N_IN = 100
-LARGE = [{"n": 100_000}]
+LARGE = [{"n": 100_000}, {"n": 1_000_000}]  # --large
 
 
 def maximum(xp, a, b):
