@@ -1,9 +1,9 @@
-"""Scalar regions: a run of 0-d ops recorded into flat lists, held by the graph as one node.
+"""Scalar regions: a run of 0-d ops recorded as rows of int columns, held by the graph as one node.
 
 Why: a networkx node costs ~1.3 kB and tens of microseconds through tracing and the passes,
 and a scalar (micrograd-style) program is nothing but such nodes (fastest_autograd, n = 10,000:
 227k nodes, 12 s and 750 MB before this). So `bind` records a 0-d op on floats, and the bools
-their comparisons make, into the trace's open Region of that float dtype: a few list appends.
+their comparisons make, into the trace's open Region of that float dtype: a few array appends.
 The values of a region are RegionTracers. Asking one for its graph `node` (an ordinary op
 reading it, a step output, grad's bookkeeping) closes the region:
   * small (fewer than REGION_OPS ops) or tier 'straight': its records become ordinary graph
@@ -11,10 +11,12 @@ reading it, a step output, grad's bookkeeping) closes the region:
   * otherwise it stays compact: one `region` node whose operands are the graph values it
     imports and whose value is the vector of the values read outside it; value v of the region
     is `region[slot]` (slice + reshape), a bool one converted there and back.
-grad walks a region's records backwards with each op's VJP rule (`reverse`): into the open
-region itself when the loss is one of its values, else (the `region` primitive's VJP) into a
-copy of its records. The tape tier runs a region node (codegen/tape.py); the reference
-backend interprets its records with each primitive's numpy reference.
+grad takes a region's records backwards with each op's VJP rule (`reverse`: by templates,
+region_reverse.py, or record by record, `walk`): into the open region itself when the loss is
+one of its values, else (the `region` primitive's VJP) into a copy of its records. When the
+trace ends, regions are sealed (recording state dropped). The tape tier runs a region node
+(codegen/tape.py); the reference backend interprets its records with each primitive's numpy
+reference.
 """
 
 import hashlib
@@ -26,7 +28,7 @@ from . import primitives as P
 from .graph import value_key
 from .tracer import Tracer
 
-REGION_OPS = 4096     # a region of this many ops or more stays one node (README "Compile cost")
+REGION_OPS = 4096     # a region of this many ops or more stays one node (README "How it works")
 OPS = frozenset(n for n, p in P.PRIMITIVES.items() if p.kind == "elementwise" and p.scalar and n != "id") | {"const"}
 _NONE = {}  # the attrs of every record without any
 IMPORT, CONST = "import", "const"

@@ -72,13 +72,13 @@ class Tape:
             return
         self._attrs = keys
         rank = {k: c + 1 for c, k in enumerate(self.table)}
-        code = np.array([rank[k] for k in cols.keys], dtype=np.int32)[cols.key]
-        order = np.lexsort((cols.out, code, cols.depth))  # (ties: by value; stores as listed)
-        cols.depth = cols.key = None  # the order is all they were for
+        n, rec = len(cols.depth), cols.rec
+        rec[:n, 0] = np.array([rank[k] for k in cols.keys], dtype=np.int32)[rec[:n, 0]]  # keys -> opcodes
+        order = np.lexsort((rec[:n, 1], rec[:n, 0], cols.depth))  # (ties: by value; stores as listed)
+        cols.depth = None  # the order is all it was for
         cols.sort(order)
-        code = code[order]
         del order
-        self.records, self.registers = _allocate(cols, code)
+        self.records, self.registers = _allocate(cols)
 
     @classmethod
     def of_program(cls, program, constant):
@@ -105,8 +105,8 @@ class Tape:
                 key = ("op", a["op"], repr(sorted(a["attrs"].items())) if a["attrs"] else "[]", spec, a["dtype"])
                 keys.setdefault(key, a["attrs"])
                 value[i] = ("reg", i)
-                regs = [v[1] for v in args if v[0] == "reg"]
-                depth[i] = 1 + max(map(depth.__getitem__, regs), default=-1)
+                regs = [v[1] if v[0] == "reg" else -1 for v in args]  # field i: operand i's register
+                depth[i] = 1 + max((depth[k] for k in regs if k >= 0), default=-1)
                 ops.append((depth[i], i, key, regs))
         _stores(ops, keys, program.stores, value.__getitem__, max(depth.values(), default=0) + 1, len(entries))
         return cls(Columns.of(ops), _with_memory_keys(keys, ops))
@@ -157,9 +157,8 @@ class Tape:
             key = ("op", op, repr(sorted(attrs.items())) if attrs else "[]", spec, out_dtype)
             keylist.append(key)
             keys.setdefault(key, attrs)
-        reads = _registers_first(np.where(const | (operand < 0), -1, operand))
+        reads = np.where(const, -1, operand)  # field i is operand i; baked constants take none
         del operand, const, args
-        cols = [Columns(depth[ops], inv, ops, reads, keylist)]
         small = []  # loads, sets and stores: one per import, unbaked constant and output
         for v, (slot, off) in where.items():
             if need[v]:
@@ -172,9 +171,9 @@ class Tape:
         stores = [(ctx.ref(node), r.dtype, (j,), v) for j, v in enumerate(outputs)]
         _stores(small, keys, stores, lambda v: _baked(dtype(v), value[v]) if baked[v] else ("reg", v),
                 int(depth.max(initial=0)) + 1, n)
-        cols.append(Columns.of(small))
+        cols = Columns.joined(depth[ops], inv, ops, reads, keylist, Columns.of(small))
         del depth, need, reads, ops, inv
-        return cls(Columns.concat(cols), _with_memory_keys(keys, small))
+        return cls(cols, _with_memory_keys(keys, small))
 
     def interpreter(self, b, argv, records, regs):
         """The loop over records, at b's position (a kernel's body: lowering returns 0 after it)."""
@@ -213,10 +212,9 @@ class Tape:
             elif key[0] == "store":
                 e.store(e.load(reg(x), key[1], I64(0)), memory(y, z), key[1], I64(0))
             else:
-                _, op, _, spec, dtype = key
-                fields = iter((x, y, z))
-                args = [e.load(reg(next(fields)), s[1], I64(0)) if s[0] == "reg"
-                        else const(REG[s[1]], np.frombuffer(s[2], dtype=s[1])[0].item()) for s in spec]
+                _, op, _, spec, dtype = key  # operand i: register field i (a, b, c), or baked in
+                args = [e.load(reg(f), s[1], I64(0)) if s[0] == "reg"
+                        else const(REG[s[1]], np.frombuffer(s[2], dtype=s[1])[0].item()) for s, f in zip(spec, (x, y, z))]
                 e.store(P.PRIMITIVES[op].scalar(e, *args, **self._attrs[key]), reg(out), dtype, I64(0))
             b.branch(following)
         b.position_at_end(following)
@@ -246,14 +244,18 @@ def _stores(ops, keys, stores, spec, depth, fresh):
 
 
 class Columns:
-    """Records as arrays: depth, key (index into `keys`), out (value written, -1 for a store),
-    reads (n x 3 values read, -1 padded), form (0 op, 1 load or set, 2 store), and, for the rows
-    `field_rows` alone (the loads, sets and stores), f0/f1: a load's or store's slot and byte offset,
-    a set's bits; `fits` says whether those fit the records' int32."""
+    """Records as arrays: `rec`, one int32 row per record and a last row of zeros (`end`), holding
+    (key, value written or -1 for a store, three values read or -1) — turned in place into the
+    interpreter's (opcode, out, a, b, c) — beside depth, form (0 op, 1 load or set, 2 store) and,
+    for the rows `field_rows` alone (loads, sets, stores), f0/f1: a load's or store's slot and
+    byte offset, a set's bits; `fits` says whether those fit int32. One matrix, rewritten in
+    place, is what keeps a 2M-record tape at ~40 MB of records plus a few columns while built."""
 
     def __init__(self, depth, key, out, reads, keys, form=None, fields=None):
-        i32 = functools.partial(np.asarray, dtype=np.int32)  # int32 columns: a 2M-record tape is 80 MB less
-        self.depth, self.key, self.out, self.reads, self.keys = i32(depth), i32(key), i32(out), i32(reads), keys
+        i32 = functools.partial(np.asarray, dtype=np.int32)
+        self.depth, self.keys = i32(depth), keys
+        self.rec = np.zeros((len(self.depth) + 1, 5), dtype=np.int32)
+        self.rec[:-1, 0], self.rec[:-1, 1], self.rec[:-1, 2:] = key, out, reads
         self.form = np.zeros(len(self.depth), dtype=np.int8) if form is None else form
         rows, f0, f1 = fields if fields is not None else ((), (), ())
         self.fits = all(np.asarray(f, dtype=np.int64).max(initial=0) < 2 ** 31 for f in (f0, f1))
@@ -283,24 +285,23 @@ class Columns:
         return cls(a[:, 0], a[:, 1], a[:, 2], a[:, 3:6], keylist, a[:, 6].astype(np.int8), (fa[:, 0], fa[:, 1], fa[:, 2]))
 
     @classmethod
-    def concat(cls, parts):
-        """One Columns of `parts`, which it empties column by column (a copy of one column at a time)."""
-        offset, rows, keys = 0, [], []
-        for p in parts:
-            p.key = p.key + len(keys)
-            keys += p.keys
-            rows.append(p.field_rows + offset)
-            offset += len(p.depth)
-        joined = cls.__new__(cls)
-        joined.keys, joined.fits, joined.field_rows = keys, all(p.fits for p in parts), np.concatenate(rows)
-        for name in _COLUMNS + ("f0", "f1"):
-            setattr(joined, name, np.concatenate([getattr(p, name) for p in parts]))
-            for p in parts:
-                setattr(p, name, None)
-        return joined
+    def joined(cls, depth, key, out, reads, keys, more):
+        """The records of arrays (depth, key, out, reads; keys) followed by those of Columns
+        `more`, written once into one matrix (two copies of 10^6 records would be 40 MB more)."""
+        n, m = len(depth), len(more.depth)
+        cols = cls.__new__(cls)
+        cols.rec = np.zeros((n + m + 1, 5), dtype=np.int32)
+        cols.rec[:n, 0], cols.rec[:n, 1], cols.rec[:n, 2:] = key, out, reads
+        cols.rec[n:n + m] = more.rec[:m]
+        cols.rec[n:n + m, 0] += len(keys)
+        cols.keys, cols.fits, cols.field_rows = list(keys) + more.keys, more.fits, more.field_rows + n
+        cols.depth = np.concatenate([np.asarray(depth, dtype=np.int32), more.depth])
+        cols.form = np.concatenate([np.zeros(n, dtype=np.int8), more.form])
+        cols.f0, cols.f1 = more.f0, more.f1
+        return cols
 
     def sort(self, order):
-        """Reorder every column still held (one column copied at a time), and the field rows."""
+        """Reorder the records (one column copied at a time) and the field rows."""
         at = np.full(len(order), -1, dtype=np.int32)  # field index of each old row
         at[self.field_rows] = np.arange(len(self.field_rows), dtype=np.int32)
         moved = at[order]
@@ -308,22 +309,10 @@ class Columns:
         pick = moved[self.field_rows]
         self.f0, self.f1 = self.f0[pick], self.f1[pick]
         del at, moved
-        for name in _COLUMNS:
-            if getattr(self, name) is not None:
-                setattr(self, name, getattr(self, name)[order])
-
-
-_COLUMNS = ("depth", "key", "out", "reads", "form")
-
-
-def _registers_first(reads):
-    """Each row's register operands (>= 0) first, in order, then the -1s: a record's fields a, b, c
-    are the registers its opcode reads, in operand order (baked constants take no field)."""
-    r0, r1, r2 = reads[:, 0], reads[:, 1], reads[:, 2]
-    m0, m1 = r0 >= 0, r1 >= 0
-    return np.stack([np.where(m0, r0, np.where(m1, r1, r2)),
-                     np.where(m0, np.where(m1, r1, r2), np.where(m1, r2, -1)),
-                     np.where(m0 & m1, r2, -1)], axis=1)
+        n = len(order)
+        for j in range(5):
+            self.rec[:n, j] = self.rec[:n, j][order]
+        self.form = self.form[order]
 
 
 def _distinct_rows(rows, consts, n):
@@ -382,13 +371,14 @@ def _depths(r, tag, baked, n):
     return np.frombuffer(depth, dtype=np.int64, count=n).astype(np.int32)
 
 
-def _allocate(cols, code):
-    """(records as an int32 array ending in `end`, registers used): each value a register, taken
-    when written and free again after its last reader (a record may write the register its
-    operand just freed). Only the free list walks the records one by one, over arrays: at 2M
-    records a list of ints per record would be ~60 MB."""
-    t_count = len(code)
-    reads, out = cols.reads, cols.out
+def _allocate(cols):
+    """(records, registers used): cols.rec turned in place into the interpreter's records, each
+    value a register, taken when written and free again after its last reader (a record may write
+    the register its operand just freed). Only the free list walks the records one by one, over
+    arrays: at 2M records a list of ints per record would be ~60 MB."""
+    rec = cols.rec
+    t_count = len(rec) - 1
+    out, reads = rec[:t_count, 1].copy(), rec[:t_count, 2:]
     size = int(max(out.max(initial=-1), reads.max(initial=-1))) + 1
     last = np.full(size + 1, -1, dtype=np.int32)  # each value's last reader; [size]: 'no operand'
     when = np.arange(t_count, dtype=np.int32)
@@ -414,17 +404,15 @@ def _allocate(cols, code):
                 reg[o], top = top, top + 1
             if never[o]:  # never read (a value only a later program uses is stored)
                 free.append(reg[o])
-    del dying, deaths, never, last
+    del dying, deaths, never, last, out
     regs = np.frombuffer(reg, dtype=np.int32)
-    records = np.zeros((t_count + 1, 5), dtype=np.int32)
-    records[:t_count, 0] = code
-    # op: (out, a, b, c) registers; load, set: (out, f0, f1); store: (-, value, f0, f1). Column by
-    # column, each written once and patched where the form differs: few temporaries at 10^6 records
-    records[:t_count, 1] = regs[out]
-    for j in range(3):
-        records[:t_count, 2 + j] = regs[reads[:, j]]
+    # op: (out, a, b, c) registers; load, set: (out, f0, f1); store: (-, value, f0, f1): each
+    # column rewritten in place, then patched where the form differs
+    for j in range(1, 5):
+        rec[:t_count, j] = regs[rec[:t_count, j]]
     rows, store = cols.field_rows, cols.form[cols.field_rows] == 2
     fields, stores = rows[~store], rows[store]
-    records[fields, 2], records[fields, 3], records[fields, 4] = cols.f0[~store], cols.f1[~store], 0
-    records[stores, 1], records[stores, 3], records[stores, 4] = 0, cols.f0[store], cols.f1[store]
-    return records, top
+    rec[fields, 2], rec[fields, 3], rec[fields, 4] = cols.f0[~store], cols.f1[~store], 0
+    rec[stores, 1], rec[stores, 3], rec[stores, 4] = 0, cols.f0[store], cols.f1[store]
+    cols.rec = None
+    return rec, top
