@@ -29,6 +29,7 @@ from .graph import value_key
 from .tracer import Tracer
 
 REGION_OPS = 4096     # a region of this many ops or more stays one node (README "How it works")
+WALK_BELOW = 256      # grad walks smaller regions record by record (`reverse`)
 OPS = frozenset(n for n, p in P.PRIMITIVES.items() if p.kind == "elementwise" and p.scalar and n != "id") | {"const"}
 _NONE = {}  # the attrs of every record without any
 IMPORT, CONST = "import", "const"
@@ -263,12 +264,15 @@ def reverse(r, top, seeds, import_needs):
     """Cotangents of r's imports (a RegionTracer or None each), from records [0, top) of the open
     region r walked back from `seeds` (value -> cotangent, values of r): adjoint records go into r.
     import_needs[i]: whether import i wants a cotangent (it depends on what grad is taken of).
-    By templates (region_reverse.py); by `walk` when a VJP rule cannot be a template."""
-    from . import region_reverse
-    try:
-        return region_reverse.reverse(r, top, seeds, import_needs)
-    except region_reverse.NotScalar:
-        return walk(r, top, seeds, import_needs)
+    By templates (region_reverse.py); by `walk` when a VJP rule cannot be a template, or for
+    fewer than WALK_BELOW records, where numpy's fixed cost (~1 ms) is more than the walk's."""
+    if top >= WALK_BELOW:
+        from . import region_reverse
+        try:
+            return region_reverse.reverse(r, top, seeds, import_needs)
+        except region_reverse.NotScalar:
+            pass
+    return walk(r, top, seeds, import_needs)
 
 
 def walk(r, top, seeds, import_needs):
@@ -352,6 +356,13 @@ def _vjp(F, g, out, xs, needs, attrs):
     top = len(r)
     seeds = {v: r.value(r.operand(g[j])) for j, v in enumerate(outputs)}
     return reverse(r, top, seeds, needs)
+
+
+def distinct(a):
+    """The distinct values of int array a, sorted: np.unique's first call imports numpy.ma (15 ms
+    of every small step's first call)."""
+    a = np.sort(a, kind="stable")
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
 def _key(attrs):

@@ -100,7 +100,7 @@ def reverse(r, top, seeds, import_needs):
     cand = live[:top].astype(bool) & vjp[K]
     tkey = np.where(cand, K * 8 + bits, -1)
     del bits
-    keys = np.unique(tkey[cand])
+    keys = R.distinct(tkey[cand])
     arity = [len(R.KINDS[k][3]) for k in (keys // 8).tolist()]
     temps = [template(trace, k, tuple(bool(b >> i & 1) for i in range(n)), r.dtype)
              for k, b, n in zip((keys // 8).tolist(), (keys % 8).tolist(), arity)]

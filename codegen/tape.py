@@ -125,7 +125,7 @@ class Tape:
         args = np.full((n + 1, 3), -1, dtype=np.int32)  # row n: a sentinel for 'no operand'
         for j, col in enumerate((r.a, r.b, r.c)):
             args[:n, j] = np.frombuffer(col, dtype=np.int32, count=n)
-        kinds = {k: R.KINDS[k] for k in np.unique(K).tolist()}
+        kinds = {k: R.KINDS[k] for k in R.distinct(K).tolist()}
         tag = np.zeros(n + 1, dtype=np.int8)  # 0 op, 1 import, 2 constant (sentinel: 2, not a register)
         tag[n] = 2
         for k, (op, *_) in kinds.items():

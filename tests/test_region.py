@@ -173,7 +173,11 @@ def test_templates_give_the_bits_of_the_record_by_record_walk(ops):
     fn = scalar_program(ops)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BURJIT_TIER", "tape")
+        mp.setattr(region, "WALK_BELOW", 0)  # templates however small the region
+        laid_out, stamp = [], region_reverse.reverse
+        mp.setattr(region_reverse, "reverse", lambda *a: laid_out.append(1) or stamp(*a))
         by_templates = burjit.compile(fn)(x)
+        assert laid_out
         mp.setattr(region_reverse, "reverse", _refuse)
         walked = burjit.compile(fn)(x)
     for a, b in zip(by_templates, walked):
@@ -189,6 +193,7 @@ def _refuse(*args):
 def test_a_rule_that_leaves_the_region_is_walked(monkeypatch):
     """A VJP rule reading its values as graph nodes cannot be a template: that region is walked."""
     monkeypatch.setenv("BURJIT_TIER", "tape")
+    monkeypatch.setattr(region, "WALK_BELOW", 0)
     calls = []
     walk = region.walk
     monkeypatch.setattr(region, "walk", lambda *a: calls.append(1) or walk(*a))
