@@ -37,6 +37,8 @@ def tier(requested=None):
     if t not in TIERS:
         raise ValueError(f"BURJIT_TIER={t!r}; known: {', '.join(TIERS)}")
     return t
+
+
 _SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "b1"}
 
 
