@@ -77,8 +77,10 @@ def _np_interleaved(x):
 
 
 @pytest.mark.parametrize("backend", ["reference", "native"])
-def test_gradients_through_closed_regions_against_finite_differences(backend, monkeypatch):
+@pytest.mark.parametrize("walk_below", [0, region.WALK_BELOW])  # by templates, by the walk
+def test_gradients_through_closed_regions_against_finite_differences(backend, walk_below, monkeypatch):
     monkeypatch.setenv("BURJIT_TIER", "tape")  # every region compact, however small
+    monkeypatch.setattr(region, "WALK_BELOW", walk_below)
     graph = burjit.compile(burjit.value_and_grad(_interleaved), backend="reference", passes=[])
     assert _ops(graph.graph(np.zeros(4) + 0.5)).count("region") >= 2
     for x in ([0.3, -1.2, 0.7, 0.1], [-0.4, 0.9, -0.8, 1.3]):
