@@ -24,27 +24,31 @@ _OWN_DIRS = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in (
 _state = threading.local()
 
 
-_own_file = {}
-_srcs = {}  # (file, line) -> 'file:line'
+_own_code = {}   # id(code object) -> (whether it is burjit's or numpy's, the code: kept, so ids stay its)
+_sites = {}      # (id(code object), instruction offset) -> 'file:line'
+_lines = {}      # (file, line) -> 'file:line': one string per line, not one per node
 
 
-def _is_own(filename):
-    own = _own_file.get(filename)
+def _is_own(code):
+    own = _own_code.get(id(code))  # by id: a code object hashes its whole contents each time
     if own is None:
-        name = os.path.abspath(filename)
-        own = _own_file[filename] = name.startswith(_OWN_DIRS)
-    return own
+        own = _own_code[id(code)] = (os.path.abspath(code.co_filename).startswith(_OWN_DIRS), code)
+    return own[0]
 
 
 def user_src():
-    """'file:line' of the innermost frame outside burjit (and outside numpy)."""
+    """'file:line' of the innermost frame outside burjit (and outside numpy). Keyed by the call
+    site's code and instruction offset: a frame's f_lineno is computed from the line table on
+    each read."""
     f = sys._getframe(1)
     while f is not None:
-        if not _is_own(f.f_code.co_filename):
-            key = (f.f_code.co_filename, f.f_lineno)
-            src = _srcs.get(key)
-            if src is None:  # one string per line, not one per node (a scalar graph has 10^5 nodes)
-                src = _srcs[key] = f"{key[0]}:{key[1]}"
+        code = f.f_code
+        if not _is_own(code):
+            site = (id(code), f.f_lasti)
+            src = _sites.get(site)
+            if src is None:
+                line = (code.co_filename, f.f_lineno)
+                src = _sites[site] = _lines.setdefault(line, f"{line[0]}:{line[1]}")
             return src
         f = f.f_back
     return "<unknown>"
