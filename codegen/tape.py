@@ -147,9 +147,9 @@ class Tape:
 
         ops = np.nonzero(need & (tag[:n] == 0))[0].astype(np.int32)
         operand = args[ops]
+        del args
         const = baked[operand] & (operand >= 0)  # -1 ('no operand') reads the sentinel, baked too
-        uniq, inv = _distinct_rows(np.concatenate([K[ops, None], np.where(const, operand, -1)], axis=1),
-                                   np.nonzero(baked[:n])[0], n)
+        uniq, inv = _distinct_rows(K[ops], np.where(const, operand, -1), np.nonzero(baked[:n])[0], n)
         keylist, keys = [], {}
         for row in uniq.tolist():
             op, attrs, out_dtype, in_dtypes = kinds[row[0]]
@@ -158,7 +158,7 @@ class Tape:
             keylist.append(key)
             keys.setdefault(key, attrs)
         reads = np.where(const, -1, operand)  # field i is operand i; baked constants take none
-        del operand, const, args
+        del operand, const
         small = []  # loads, sets and stores: one per import, unbaked constant and output
         for v, (slot, off) in where.items():
             if need[v]:
@@ -315,26 +315,30 @@ class Columns:
         self.form = self.form[order]
 
 
-def _distinct_rows(rows, consts, n):
-    """(distinct rows, each row's index among them) of an int array of (kind, constant operand id
-    or -1): each row packed into one int64 (consts: the constant values' ids, all < n) and
-    ranked through a table, linear in the rows (np.unique over rows sorts: ~1 s at 2M rows)."""
-    dense = np.zeros(n + 1, dtype=np.int64)  # -1 (no constant) lands on the sentinel n: 0
+def _distinct_rows(kinds, const_of, consts, n):
+    """(distinct rows, each row's index among them) of rows (kind, constant operand ids or -1):
+    each packed into one int64 (consts: the constant values' ids, all < n), in place, and ranked
+    through a table, linear in the rows (np.unique over rows sorts: ~1 s at 2M rows)."""
+    if not len(kinds):
+        return np.zeros((0, 1 + const_of.shape[1]), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    dense = np.zeros(n + 1, dtype=np.int32)  # -1 (no constant) lands on the sentinel n: 0
     dense[consts] = np.arange(1, len(consts) + 1)
-    base, packed = len(consts) + 1, rows[:, 0].copy()
-    for j in range(1, rows.shape[1]):
-        packed = packed * base + dense[rows[:, j]]
-    if not len(rows):
-        return rows, np.zeros(0, dtype=np.int64)
+    base, packed = len(consts) + 1, kinds.astype(np.int64)
+    for j in range(const_of.shape[1]):
+        packed *= base
+        packed += dense[const_of[:, j]]
+    del dense
     if packed.max() >= 1 << 24:
-        keys, first, inv = np.unique(packed, return_index=True, return_inverse=True)
-        return rows[first], inv.reshape(-1)
-    seen = np.full(int(packed.max()) + 1, -1, dtype=np.int64)
-    seen[packed[::-1]] = np.arange(len(packed) - 1, -1, -1)  # each key's first row
-    first = np.sort(seen[seen >= 0])
-    rank = np.zeros_like(seen)
-    rank[packed[first]] = np.arange(len(first))
-    return rows[first], rank[packed]
+        _, first, inv = np.unique(packed, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+    else:
+        seen = np.full(int(packed.max()) + 1, -1, dtype=np.int64)
+        seen[packed[::-1]] = np.arange(len(packed) - 1, -1, -1)  # each key's first row
+        first = np.sort(seen[seen >= 0])
+        rank = np.zeros_like(seen)
+        rank[packed[first]] = np.arange(len(first))
+        inv = rank[packed]
+    return np.concatenate([kinds[first, None], const_of[first]], axis=1).astype(np.int64), inv
 
 
 def _with_memory_keys(keys, ops):
