@@ -4,7 +4,7 @@ Why: a networkx node costs ~1.3 kB and tens of microseconds through tracing and 
 and a scalar (micrograd-style) program is nothing but such nodes (fastest_autograd, n = 10,000:
 227k nodes, 12 s and 750 MB before this). So `bind` records a 0-d op on floats, and the bools
 their comparisons make, into the trace's open Region of that float dtype: a few array appends.
-The values of a region are RegionTracers. Asking one for its graph `node` (an ordinary op
+Their format (records.py) is all a backend reads. The values of a region are RegionTracers. Asking one for its graph `node` (an ordinary op
 reading it, a step output, grad's bookkeeping) closes the region:
   * small (fewer than REGION_OPS ops) or tier 'straight': its records become ordinary graph
     nodes, the graph tracing built before regions;
@@ -19,34 +19,16 @@ trace ends, regions are sealed (recording state dropped). The tape tier runs a r
 reference.
 """
 
-import hashlib
 from array import array
-
-import numpy as np
 
 from . import primitives as P
 from .graph import value_key
+from .records import CONST, IMPORT, KINDS, Records, evaluate, kind
 from .tracer import Tracer
 
 REGION_OPS = 4096     # a region of this many ops or more stays one node (README "How it works")
 WALK_BELOW = 256      # grad walks smaller regions record by record (`reverse`)
 OPS = frozenset(n for n, p in P.PRIMITIVES.items() if p.kind == "elementwise" and p.scalar and n != "id") | {"const"}
-_NONE = {}  # the attrs of every record without any
-IMPORT, CONST = "import", "const"
-KINDS = []   # kind id -> (op, attrs, dtype, operand dtypes): what a record computes, for every region
-_KIND_IDS = {}
-
-
-def kind(op, attrs, dtype, dtypes):
-    """The id of records of `op` with `attrs` from operands of `dtypes` to `dtype` (an IMPORT's or
-    CONST's have no operands): ids are process-wide, so records are ints and the tape reads them
-    as arrays."""
-    key = (op, _key(attrs), dtype, dtypes)
-    k = _KIND_IDS.get(key)
-    if k is None:
-        k = _KIND_IDS[key] = len(KINDS)
-        KINDS.append((op, attrs or _NONE, dtype, dtypes))
-    return k
 
 
 class RegionTracer(Tracer):
@@ -65,46 +47,17 @@ class RegionTracer(Tracer):
         return f"Tracer(region value {self.index}, shape=(), dtype={self.dtype})"
 
 
-class Region:
-    """Records as columns, one row per value v: kinds[v] (an id into KINDS), its operand values
-    a[v], b[v], c[v] (-1 past its arity; an IMPORT's a is its position in `imports`), srcs[v];
-    `values` holds each CONST's value. ~24 bytes a value, where a graph node takes ~1.3 kB."""
+class Region(Records):
+    """A scalar region while traced: Records, plus `srcs` (each record's user line), the graph
+    values it imports, and how its values leave it (expanded nodes, or the region node's slots)."""
 
     def __init__(self, trace, dtype):
-        self.trace, self.dtype = trace, dtype
-        self.kinds, self.a, self.b, self.c, self.srcs = array("i"), array("i"), array("i"), array("i"), []
-        self.values, self.imports, self._imported, self._consts = {}, [], {}, {}
+        super().__init__(dtype)
+        self.trace, self.srcs = trace, []
+        self.imports, self._imported, self._consts = [], {}, {}
         self.is_open, self.nodes = True, None   # nodes: value -> graph node once expanded
-        self.node, self.outputs, self.slots, self._read, self._digest = None, [], {}, {}, None
+        self.node, self.outputs, self.slots, self._read = None, [], {}, {}
         trace.regions[dtype] = self  # an open region it replaces closes when one of its values is read
-
-    def __len__(self):
-        return len(self.kinds)
-
-    def __repr__(self):
-        return f"<region of {len(self)} values, sha {self.digest()[:12]}>"
-
-    def digest(self):
-        """Content hash (the graph's fingerprint reads it through repr): same records, same code."""
-        if self._digest is None or self._digest[0] != len(self):
-            h = hashlib.sha256(repr((self.dtype, [KINDS[k][:3] + (_key(KINDS[k][1]),) for k in sorted(set(self.kinds))],
-                                     sorted((v, value_key(x)) for v, x in self.values.items()))).encode())
-            for col in (self.kinds, self.a, self.b, self.c):
-                h.update(col.tobytes())
-            self._digest = (len(self), h.hexdigest())
-        return self._digest[1]
-
-    # -- reading --------------------------------------------------------------------------------
-    def op(self, v):
-        return KINDS[self.kinds[v]][0]
-
-    def dtype_of(self, v):
-        return KINDS[self.kinds[v]][2]
-
-    def args(self, v):
-        """The operand values of record v (an IMPORT's: its position in imports)."""
-        a, b, c = self.a[v], self.b[v], self.c[v]
-        return () if a < 0 else (a,) if b < 0 else (a, b) if c < 0 else (a, b, c)
 
     # -- recording ------------------------------------------------------------------------------
     def append(self, k, args, src):
@@ -330,22 +283,6 @@ def _infer(avals, attrs):
     return (len(attrs["outputs"]),), attrs["region"].dtype
 
 
-def evaluate(*imports, region, outputs):
-    """numpy reference: each record by its primitive's reference, in its dtype."""
-    r, vals = region, []
-    with np.errstate(all="ignore"):
-        for v in range(max(outputs, default=-1) + 1):
-            op, attrs, dtype, _ = KINDS[r.kinds[v]]
-            args = r.args(v)
-            if op == IMPORT:
-                vals.append(np.asarray(imports[args[0]], dtype=dtype))
-            elif op == CONST:
-                vals.append(np.asarray(r.values[v], dtype=dtype))
-            else:
-                vals.append(np.asarray(P.PRIMITIVES[op].ref(*[vals[a] for a in args], **attrs), dtype=dtype))
-    return np.array([vals[v] for v in outputs], dtype=r.dtype).reshape(len(outputs))
-
-
 def _vjp(F, g, out, xs, needs, attrs):
     """A copy of the records, open, walked back from the cotangent of each output."""
     src, outputs = attrs["region"], attrs["outputs"]
@@ -356,17 +293,6 @@ def _vjp(F, g, out, xs, needs, attrs):
     top = len(r)
     seeds = {v: r.value(r.operand(g[j])) for j, v in enumerate(outputs)}
     return reverse(r, top, seeds, needs)
-
-
-def distinct(a):
-    """The distinct values of int array a, sorted: np.unique's first call imports numpy.ma (15 ms
-    of every small step's first call)."""
-    a = np.sort(a, kind="stable")
-    return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
-
-
-def _key(attrs):
-    return tuple((k, value_key(v)) for k, v in sorted(attrs.items())) if attrs else ()
 
 
 P._register(P.Primitive("region", "region", _infer, evaluate, _vjp))

@@ -17,6 +17,7 @@ import numpy as np
 
 from . import primitives as P
 from . import region as R
+from .records import distinct
 
 I = np.int32  # ids: a region stays under 2^31 values
 _TEMPLATES = {}  # (kind, needs, region dtype) -> (records, outs), or None: the rule left the region
@@ -100,7 +101,7 @@ def reverse(r, top, seeds, import_needs):
     cand = live[:top].astype(bool) & vjp[K]
     tkey = np.where(cand, K * 8 + bits, -1)
     del bits
-    keys = R.distinct(tkey[cand])
+    keys = distinct(tkey[cand])
     arity = [len(R.KINDS[k][3]) for k in (keys // 8).tolist()]
     temps = [template(trace, k, tuple(bool(b >> i & 1) for i in range(n)), r.dtype)
              for k, b, n in zip((keys // 8).tolist(), (keys % 8).tolist(), arity)]

@@ -32,7 +32,7 @@ import numpy as np
 from llvmlite import ir
 
 from burjit import primitives as P
-from burjit import region as R
+from burjit import records as R
 from burjit.graph import tier as graph_tier
 
 from .emitter import Emitter
