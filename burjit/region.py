@@ -231,14 +231,8 @@ def reverse(r, top, seeds, import_needs):
 def walk(r, top, seeds, import_needs):
     """reverse, one record at a time: each VJP rule runs on r's values, recording into r."""
     from . import ops as F
-    kinds, A, B, C = r.kinds, r.a, r.b, r.c
-    live = bytearray(top + 1)  # value depends on an import that wants a cotangent (live[-1]: none)
-    for v in range(top):
-        op = KINDS[kinds[v]][0]
-        if op == IMPORT:
-            live[v] = import_needs[A[v]]
-        elif op != CONST:
-            live[v] = live[A[v]] or live[B[v]] or live[C[v]]
+    kinds, A = r.kinds, r.a
+    live = depending(r, top, import_needs)
     ct, out, trace = dict(seeds), [None] * len(r.imports), r.trace
     try:
         for v in range(top - 1, -1, -1):
@@ -262,6 +256,22 @@ def walk(r, top, seeds, import_needs):
     finally:
         trace.src = None
     return out
+
+
+def depending(r, top, import_needs):
+    """Which of records [0, top) depend on an import that wants a cotangent (import_needs[i]), as
+    a bytearray of top + 1 (the last 0: what 'no operand', -1, reads)."""
+    live = bytearray(top + 1)
+    kinds, A, B, C = r.kinds, r.a, r.b, r.c
+    imp = {k for k, (op, *_) in enumerate(KINDS) if op == IMPORT}
+    const = {k for k, (op, *_) in enumerate(KINDS) if op == CONST}
+    for v in range(top):
+        k = kinds[v]
+        if k in imp:
+            live[v] = import_needs[A[v]]
+        elif k not in const:
+            live[v] = live[A[v]] or live[B[v]] or live[C[v]]
+    return live
 
 
 def recording(t):

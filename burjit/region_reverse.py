@@ -94,7 +94,7 @@ def reverse(r, top, seeds, import_needs):
     trace = r.trace
     K = np.frombuffer(r.kinds, dtype=I, count=top).copy()  # a copy: r grows below
     args = np.stack([np.frombuffer(col, dtype=I, count=top) for col in (r.a, r.b, r.c)], axis=1)
-    live = _live(r, top, import_needs)  # [top] = 0: 'no operand' (-1) reads it
+    live = np.frombuffer(bytes(R.depending(r, top, import_needs)), dtype=np.uint8).astype(I)  # [top]: 0
     # which template each record of a kind with a VJP takes: (kind, needs) as kind * 8 + bits
     vjp = np.array([op not in (R.IMPORT, R.CONST) and P.PRIMITIVES[op].vjp is not None for op, *_ in R.KINDS])
     bits = live[args[:, 0]] | live[args[:, 1]] << 1 | live[args[:, 2]] << 2
@@ -219,21 +219,6 @@ def _ids(r, o, V, inst_off, args, ct):
     if o[1] == 0:
         return (none, V) if ct is None else (ct[V], none)
     return (V if o[1] == 1 else args[V, o[1] - 2]), none
-
-
-def _live(r, top, import_needs):
-    """Which values depend on an import that wants a cotangent, as uint8 (one more: 0)."""
-    live = bytearray(top + 1)
-    kinds, A, B, C = r.kinds, r.a, r.b, r.c
-    imp = {k for k, (op, *_) in enumerate(R.KINDS) if op == R.IMPORT}
-    const = {k for k, (op, *_) in enumerate(R.KINDS) if op == R.CONST}
-    for v in range(top):
-        k = kinds[v]
-        if k in imp:
-            live[v] = import_needs[A[v]]
-        elif k not in const:
-            live[v] = live[A[v]] or live[B[v]] or live[C[v]]
-    return np.frombuffer(bytes(live), dtype=np.uint8).astype(I)
 
 
 def _receiving(r, emit, seeds, top):

@@ -103,16 +103,18 @@ def bind(op, operands, **attrs):
         if o.trace is not trace:
             raise TracingError(f"{describe(user_src())}\n  a traced value from another (finished) trace was used; "
                                "do not keep traced values in globals between steps")
+    # a scalar constant recorded in a region never fails: it skips the frame walk (a third of a
+    # scalar op's cost); a constant that becomes a node takes its line below
+    src = trace.src or (None if op == "const" else user_src())
     try:
         if op in _R.OPS and trace.tier != "straight":
-            # a scalar constant never fails, so it skips the frame walk (a third of a scalar op's cost)
-            t = _R.record(trace, op, operands, attrs, trace.src or (op != "const" and user_src() or None))
+            t = _R.record(trace, op, operands, attrs, src)
             if t is not None:
                 return t
-        src = trace.src or user_src()
+        src = src or user_src()
         shape, dtype = P.PRIMITIVES[op].infer([(o.shape, o.dtype) for o in operands], attrs)
     except ShapeError as e:
-        raise ShapeError(f"{describe(trace.src or user_src())}\n  {e}") from None
+        raise ShapeError(f"{describe(src or user_src())}\n  {e}") from None
     node = trace.graph.add(op, [o.node for o in operands], shape, dtype, attrs, src)
     return Tracer(trace, node, tuple(shape), dtype)
 

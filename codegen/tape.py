@@ -102,7 +102,7 @@ class Tape:
                 a = g[ent[1]]
                 args = [value[k] for k in ent[2]]
                 spec = tuple(("reg", dtype_of[k]) if v[0] == "reg" else v for k, v in zip(ent[2], args))
-                key = ("op", a["op"], repr(sorted(a["attrs"].items())) if a["attrs"] else "[]", spec, a["dtype"])
+                key = _op_key(a["op"], a["attrs"], spec, a["dtype"])
                 keys.setdefault(key, a["attrs"])
                 value[i] = ("reg", i)
                 regs = [v[1] if v[0] == "reg" else -1 for v in args]  # field i: operand i's register
@@ -154,7 +154,7 @@ class Tape:
         for row in uniq.tolist():
             op, attrs, out_dtype, in_dtypes = kinds[row[0]]
             spec = tuple(_baked(d, value[c]) if c >= 0 else ("reg", d) for d, c in zip(in_dtypes, row[1:]))
-            key = ("op", op, repr(sorted(attrs.items())) if attrs else "[]", spec, out_dtype)
+            key = _op_key(op, attrs, spec, out_dtype)
             keylist.append(key)
             keys.setdefault(key, attrs)
         reads = np.where(const, -1, operand)  # field i is operand i; baked constants take none
@@ -223,6 +223,11 @@ class Tape:
         b.position_at_end(done)
 
 
+def _op_key(op, attrs, spec, dtype):
+    """The opcode of `op` with `attrs` over operands `spec` (('reg', dtype) or a baked constant)."""
+    return ("op", op, repr(sorted(attrs.items())) if attrs else "[]", spec, dtype)
+
+
 def _baked(dtype, value):
     """A constant operand as its opcode holds it: dtype and bytes (so -0.0 and 0.0 differ)."""
     return ("const", dtype, const_bits(dtype, value))
@@ -237,7 +242,7 @@ def _stores(ops, keys, stores, spec, depth, fresh):
         if v[0] == "reg":
             ops.append((depth, -1 - j, ("store", dtype), (v[1],) + where))
         else:
-            key = ("op", "id", "[]", (v,), dtype)
+            key = _op_key("id", {}, (v,), dtype)
             keys.setdefault(key, {})
             ops.append((depth, fresh + j, key, []))
             ops.append((depth + 1, -1 - j, ("store", dtype), (fresh + j,) + where))

@@ -35,7 +35,7 @@ def const(ty, value):
 
 class _Bytes(ir.Constant):
     """A byte array constant written as \\XX escapes by numpy: llvmlite escapes byte by byte in
-    Python (0.12 s for the 4 MB tape of a 200k-record region)."""
+    Python (0.12 s for 4 MB), and captured arrays become such constants."""
 
     _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
