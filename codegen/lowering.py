@@ -72,10 +72,11 @@ class Lowering:
         self.tapes = self._tapes()  # group index -> Tape, for the 0-d groups the tape tier runs
         self.tape_offset = self.status_offset + ALIGN
         self.tape_bytes = _align(max((t.registers * tape.REGISTER for t in self.tapes.values()), default=0))
-        # then a pointer per tape to its records, which the executable writes once (not poisoned)
+        # then two pointers per tape, to its records and its runs, which the executable writes
+        # once (not poisoned)
         self.records_offset = self.tape_offset + self.tape_bytes
-        self.record_slots = {gi: self.records_offset + 8 * k for k, gi in enumerate(sorted(self.tapes))}
-        self.arena_bytes = self.records_offset + 8 * len(self.tapes)
+        self.record_slots = {gi: self.records_offset + 16 * k for k, gi in enumerate(sorted(self.tapes))}
+        self.arena_bytes = self.records_offset + 16 * len(self.tapes)
 
     # -- buffers --------------------------------------------------------------------------------
     def ref(self, node):
@@ -372,12 +373,13 @@ class Lowering:
                      lambda slot: ("programs", tuple(p.signature(slot) for p in programs)))
 
     def _run_tape(self, b, gi, t):
-        """Run tape t: its records' address and its registers in the arena (tape.py). The records
-        stay out of the IR: a 10^6-record tape is 20 MB, 60 MB as IR text for LLVM to parse."""
-        records = b.load(self._main_ptr(b, ("arg", self.arena_slot, self.record_slots[gi])), typ=PTR)
-        symbol = self._function((("tape", t.table), self._target), 3, lambda kb, params: t.interpreter(kb, *params))
+        """Run tape t: its records' and runs' addresses and its registers in the arena (tape.py).
+        The records stay out of the IR: a 10^6-record tape is 16 MB, 60 MB as IR text for LLVM."""
+        records, runs = (b.load(self._main_ptr(b, ("arg", self.arena_slot, self.record_slots[gi] + k)), typ=PTR)
+                         for k in (0, 8))
+        symbol = self._function((("tape", t.per_run, t.table), self._target), 4, lambda kb, params: t.interpreter(kb, *params))
         regs = self._main_ptr(b, ("arg", self.arena_slot, self.tape_offset))
-        b.call(declare(self.mod, symbol, I32, [PTR] * 3), [self._argv, records, regs])
+        b.call(declare(self.mod, symbol, I32, [PTR] * 4), [self._argv, records, runs, regs])
 
     def _kernel(self, b, refs, body, fallible, describe):
         """Call the kernel body(builder, ptr) over one noalias pointer per distinct buffer of `refs`.

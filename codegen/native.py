@@ -72,8 +72,8 @@ class NativeExecutable:
                            object_bytes=len(driver) + sum(k["object_bytes"] for k in kernels),
                            kernels=len(graph.meta["schedule"]), kernel_functions=len(kernels),
                            kernels_compiled=sum(k["source"] == "compiled" for k in kernels),
-                           tapes=[dict(group=gi, records=len(t.records) - 1, registers=t.registers)
-                                  for gi, t in sorted(low.tapes.items())])
+                           tapes=[dict(group=gi, records=len(t.records), runs=len(t.runs) - 1 if t.per_run else None,
+                                       pairs=t.fused, registers=t.registers) for gi, t in sorted(low.tapes.items())])
         self._step = _STEP(self._loaded.addresses[SYMBOL])
         self._entry = abi.Builtin(self._loaded.addresses[ENTRY], ENTRY) if low.offsets else None
         if os.environ.get("BURJIT_DUMP_DIR"):
@@ -91,8 +91,8 @@ class NativeExecutable:
         start = -raw.ctypes.data % 64
         self._arena = raw[start:start + low.arena_bytes]  # 64-byte aligned
         self._argv[low.arena_slot] = self._arena.ctypes.data
-        for gi, at in low.record_slots.items():  # the tapes' records: arrays the lowering keeps alive
-            self._arena[at:at + 8].view(np.uint64)[0] = low.tapes[gi].records.ctypes.data
+        for gi, at in low.record_slots.items():  # the tapes' records and runs: arrays the lowering keeps alive
+            self._arena[at:at + 16].view(np.uint64)[:] = low.tapes[gi].records.ctypes.data, low.tapes[gi].runs.ctypes.data
         self._status = self._arena[low.status_offset:low.status_offset + 4].view(np.int32)
         self._new_outputs = _output_maker(g)
         if low.static_error or low.backup or not low.offsets:
@@ -157,7 +157,8 @@ class NativeExecutable:
         object bytes, kernels scheduled, the distinct kernel functions they call and how many of
         those were compiled for this step; under "per_kernel", each function's symbol, calls,
         object bytes, compile seconds and source ("compiled", or cached in "memory" or on "disk");
-        under "tapes", each scalar group run on the tape tier (its group, records and registers)."""
+        under "tapes", each scalar group run on the tape tier (its group, records, runs of one
+        opcode or None if dispatched per record, records that are fused pairs, registers)."""
         return dict(self._stats, per_kernel=[dict(k) for k in self._kernels])
 
     def memory_plan(self):
@@ -222,7 +223,8 @@ def _key_parts(graph, low):
     plan = graph.meta["memory"]
     literals = sorted((n, graph[n]["attrs"]["value"]._key) for n in graph.nx.nodes if graph[n]["op"] == "literal")
     return (graph.fingerprint(), [tuple(g) for g in graph.meta["schedule"]], sorted(plan.location.items()),
-            plan.arena_bytes, literals, low.poison, low.offsets, sorted(low.tapes), engine.host_identity())
+            plan.arena_bytes, literals, low.poison, low.offsets,
+            [(gi, t.per_run, t.table) for gi, t in sorted(low.tapes.items())], engine.host_identity())
 
 
 def build(graph):

@@ -4,24 +4,33 @@ LLVM's time on one straight-line function grows faster than the function (fastes
 n = 1,000: one 20k-node function took ~1 s of the first call's 2.7 s), and an interpreter is
 compiled once for every step that uses the same ops. So a scalar region node (burjit/region.py:
 the large scalar programs) and a 0-d group whose Program has more than TAPE_ENTRIES entries (or
-any, with BURJIT_TIER=tape) become tapes: records of five int32 (opcode, out, a, b, c) in an
-array the executable keeps (the step reads its address from the arena), run by `interpreter`:
+any, with BURJIT_TIER=tape) become tapes: records of four int32 (out, a, b, c) in an array the
+executable keeps (the step reads its address from the arena, beside that of the opcodes), run by
+`interpreter`:
 
     load   out <- *(argv[a] + b)           one opcode per dtype
     set    out <- the bits (a, b)          one opcode per dtype (constants of a region, unbaked)
     store  *(argv[b] + c) <- out's value   (a names the register stored)
     op     out <- op(a, b, c)              one opcode per (primitive, attrs, operand dtypes,
                                            constant operands); its case is the primitive's
-                                           `scalar` lowering, the code straight-line code runs
+                                           `scalar` lowering, the code straight-line code runs;
+                                           a, b, c are its register operands, in order
+    pair   out <- outer(inner(..), ..)     an op fused into its value's one reader (_fuse)
     end    (opcode 0)
 
 Constant operands are baked into their opcode, as straight-line code folds them, so both tiers
 give the same bits. Registers are 8-byte slots in the arena (one region for every tape of a
 step, as they run one after another), reused as soon as their value's last reader has run.
 Records are ordered by (depth, opcode): a node's depth is one more than its deepest operand's,
-so the order is still topological, and runs of one opcode keep the dispatch branch predicted.
-The interpreter is a kernel like the others (lowering.py): its identity is its opcode table,
-so it is built once per op set, compiled in the compile servers and cached on disk.
+so the order is still topological, and a depth's records of one opcode are one run. Where runs
+are long (RUN records or more on average), the opcodes are (opcode, count) per run and the
+interpreter dispatches once per run, then loops over the run with that opcode's case alone;
+else it dispatches per record, over one opcode per record. Dispatch per run took micrograd's
+MLP as scalars (~190 records a depth) from 81.8 to 75.7 us a step; pairs then to 35 us,
+0.53 ns a node (python -m benchmarks --only scalar_values_mlp, 2026-12-04): sums of products
+become half the records, and a sixth of the registers, which then fit the L1 cache.
+The interpreter is a kernel like the others (lowering.py): its identity is its opcode table and
+dispatch, so it is built once per op set, compiled in the compile servers and cached on disk.
 """
 
 
@@ -41,6 +50,9 @@ from .types import I8, I32, I64, ITEMSIZE, REG, const
 
 TAPE_ENTRIES = 4096  # auto tier: larger 0-d Programs run on the tape (README "Compile cost")
 MAX_OPCODES = 1024   # a program needing more distinct opcodes stays straight-line code
+RUN = 4              # records a run on average, at least, for the interpreter to dispatch per run
+PAIRS = 32           # pair opcodes at most (_fuse)
+PAIR_MIN = 256       # records of a pair, at least, to give it an opcode
 REGISTER = 8         # bytes per register: every dtype fits
 PTR = ir.PointerType()
 
@@ -67,17 +79,29 @@ class Tape:
     def __init__(self, cols, keys):
         """cols: Columns of every record, in any order; keys: each opcode key -> the attrs its
         primitive's lowering takes (None for loads, stores and sets)."""
-        self.table = tuple(sorted(keys, key=repr)) if len(keys) <= MAX_OPCODES and cols.fits else None
-        if self.table is None:
+        self.table = None
+        if len(keys) > MAX_OPCODES or not cols.fits:
             return
+        self.fused = _fuse(cols, keys, MAX_OPCODES - len(keys))
         self._attrs = keys
+        used = np.flatnonzero(np.bincount(cols.op, minlength=len(cols.keys)))
+        self.table = tuple(sorted((cols.keys[k] for k in used.tolist()), key=repr))
         rank = {k: c + 1 for c, k in enumerate(self.table)}
-        n, rec = len(cols.depth), cols.rec
-        rec[:n, 0] = np.array([rank[k] for k in cols.keys], dtype=np.int32)[rec[:n, 0]]  # keys -> opcodes
-        order = np.lexsort((rec[:n, 1], rec[:n, 0], cols.depth))  # (ties: by value; stores as listed)
+        cols.op = np.array([rank.get(k, 0) for k in cols.keys], dtype=np.int32)[cols.op]  # keys -> opcodes
+        order = np.lexsort((cols.rec[:, 0], cols.op, cols.depth))  # (ties: by value; stores as listed)
         cols.depth = None  # the order is all it was for
-        cols.sort(order)
+        cols.take(order)
         del order
+        op = cols.op
+        start = np.flatnonzero(np.diff(op, prepend=np.int32(-1)))  # where each run of one opcode starts
+        self.per_run = len(start) * RUN <= len(op)
+        if self.per_run:
+            self.runs = np.zeros((len(start) + 1, 2), dtype=np.int32)  # (opcode, count); (0, 0) ends
+            self.runs[:-1, 0], self.runs[:-1, 1] = op[start], np.diff(start, append=len(op))
+        else:  # each record's opcode, then 0
+            self.runs = np.append(op, np.int32(0))
+        cols.op = None
+        del op, start
         self.records, self.registers = _allocate(cols)
 
     @classmethod
@@ -105,7 +129,7 @@ class Tape:
                 key = _op_key(a["op"], a["attrs"], spec, a["dtype"])
                 keys.setdefault(key, a["attrs"])
                 value[i] = ("reg", i)
-                regs = [v[1] if v[0] == "reg" else -1 for v in args]  # field i: operand i's register
+                regs = [v[1] for v in args if v[0] == "reg"]  # the register operands, in order
                 depth[i] = 1 + max((depth[k] for k in regs if k >= 0), default=-1)
                 ops.append((depth[i], i, key, regs))
         _stores(ops, keys, program.stores, value.__getitem__, max(depth.values(), default=0) + 1, len(entries))
@@ -157,7 +181,7 @@ class Tape:
             key = _op_key(op, attrs, spec, out_dtype)
             keylist.append(key)
             keys.setdefault(key, attrs)
-        reads = np.where(const, -1, operand)  # field i is operand i; baked constants take none
+        reads = _packed(np.where(const, -1, operand))  # the register operands, in order
         del operand, const
         small = []  # loads, sets and stores: one per import, unbaked constant and output
         for v, (slot, off) in where.items():
@@ -175,20 +199,22 @@ class Tape:
         del depth, need, reads, ops, inv
         return cls(cols, _with_memory_keys(keys, small))
 
-    def interpreter(self, b, argv, records, regs):
-        """The loop over records, at b's position (a kernel's body: lowering returns 0 after it)."""
+    def interpreter(self, b, argv, records, runs, regs):
+        """The loop over runs, each an inner loop over its records with the opcode's case alone
+        (at b's position; a kernel's body: lowering returns 0 after it)."""
         fn = b.function
         e = Emitter(b)
         start = b.block
-        loop, done = fn.append_basic_block("loop"), fn.append_basic_block("done")
-        b.branch(loop)
-        b.position_at_end(loop)
-        i = b.phi(I64)
-        i.add_incoming(I64(0), start)
-        rec = b.gep(records, [b.mul(i, I64(5))], inbounds=True, source_etype=I32)
-        opcode, out, x, y, z = [b.load(b.gep(rec, [I64(k)], inbounds=True, source_etype=I32), typ=I32)
-                                for k in range(5)]
-        following = fn.append_basic_block("next")
+        outer, following, done = (fn.append_basic_block(name) for name in ("run", "next", "done"))
+        b.branch(outer)
+        b.position_at_end(outer)
+        r, first = b.phi(I64), b.phi(I64)  # the run, its first record
+        r.add_incoming(I64(0), start)
+        first.add_incoming(I64(0), start)
+        run = b.gep(runs, [b.mul(r, I64(2 if self.per_run else 1))], inbounds=True, source_etype=I32)
+        opcode = b.load(run, typ=I32)
+        count = b.load(b.gep(run, [I64(1)], inbounds=True, source_etype=I32), typ=I32) if self.per_run else I32(1)
+        end = b.add(first, b.zext(count, I64))
         switch = b.switch(opcode, done)
 
         def reg(k):
@@ -202,6 +228,11 @@ class Tape:
             block = fn.append_basic_block(f"op{c}")
             switch.add_case(I32(c), block)
             b.position_at_end(block)
+            i = b.phi(I64)
+            i.add_incoming(first, outer)
+            rec = b.gep(records, [b.mul(i, I64(4))], inbounds=True, source_etype=I32)
+            out, x, y, z = [b.load(b.gep(rec, [I64(k)], inbounds=True, source_etype=I32), typ=I32)
+                            for k in range(4)]
             if key[0] == "load":
                 e.store(e.load(memory(x, y), key[1], I64(0)), reg(out), key[1], I64(0))
             elif key[0] == "set":  # the value's bits: a the low 32, b the high 32 (if 8 bytes)
@@ -211,15 +242,25 @@ class Tape:
                     b.store(x, reg(out))
             elif key[0] == "store":
                 e.store(e.load(reg(x), key[1], I64(0)), memory(y, z), key[1], I64(0))
-            else:
-                _, op, _, spec, dtype = key  # operand i: register field i (a, b, c), or baked in
-                args = [e.load(reg(f), s[1], I64(0)) if s[0] == "reg"
-                        else const(REG[s[1]], np.frombuffer(s[2], dtype=s[1])[0].item()) for s, f in zip(spec, (x, y, z))]
-                e.store(P.PRIMITIVES[op].scalar(e, *args, **self._attrs[key]), reg(out), dtype, I64(0))
-            b.branch(following)
+            else:  # an op or a pair: its register operands are the fields, in order
+                fields = iter((x, y, z))
+
+                def apply(key, given=None):
+                    _, op, _, spec, _ = key
+                    args = [given[1] if given and given[0] == i else e.load(reg(next(fields)), s[1], I64(0))
+                            if s[0] == "reg" else const(REG[s[1]], np.frombuffer(s[2], dtype=s[1])[0].item())
+                            for i, s in enumerate(spec)]
+                    return P.PRIMITIVES[op].scalar(e, *args, **self._attrs[key])
+                last = key if key[0] == "op" else key[2]
+                value = apply(key) if key[0] == "op" else apply(last, (key[3], apply(key[1])))
+                e.store(value, reg(out), last[4], I64(0))
+            step = b.add(i, I64(1))
+            i.add_incoming(step, b.block)
+            b.cbranch(b.icmp_unsigned("<", step, end), block, following)
         b.position_at_end(following)
-        i.add_incoming(b.add(i, I64(1)), following)
-        b.branch(loop)
+        r.add_incoming(b.add(r, I64(1)), following)
+        first.add_incoming(end, following)
+        b.branch(outer)
         b.position_at_end(done)
 
 
@@ -249,9 +290,9 @@ def _stores(ops, keys, stores, spec, depth, fresh):
 
 
 class Columns:
-    """Records as arrays: `rec`, one int32 row per record and a last row of zeros (`end`), holding
-    (key, value written or -1 for a store, three values read or -1) — turned in place into the
-    interpreter's (opcode, out, a, b, c) — beside depth, form (0 op, 1 load or set, 2 store) and,
+    """Records as arrays: `rec`, one int32 row per record holding (value written or -1 for a
+    store, three values read or -1) — turned in place into the interpreter's (out, a, b, c) —
+    beside `op` (an index into `keys`), depth, form (0 op, 1 load or set, 2 store) and,
     for the rows `field_rows` alone (loads, sets, stores), f0/f1: a load's or store's slot and
     byte offset, a set's bits; `fits` says whether those fit int32. One matrix, rewritten in
     place, is what keeps a 2M-record tape at ~40 MB of records plus a few columns while built."""
@@ -259,8 +300,9 @@ class Columns:
     def __init__(self, depth, key, out, reads, keys, form=None, fields=None):
         i32 = functools.partial(np.asarray, dtype=np.int32)
         self.depth, self.keys = i32(depth), keys
-        self.rec = np.zeros((len(self.depth) + 1, 5), dtype=np.int32)
-        self.rec[:-1, 0], self.rec[:-1, 1], self.rec[:-1, 2:] = key, out, reads
+        self.op = i32(key)
+        self.rec = np.empty((len(self.depth), 4), dtype=np.int32)
+        self.rec[:, 0], self.rec[:, 1:] = out, reads
         self.form = np.zeros(len(self.depth), dtype=np.int8) if form is None else form
         rows, f0, f1 = fields if fields is not None else ((), (), ())
         self.fits = all(np.asarray(f, dtype=np.int64).max(initial=0) < 2 ** 31 for f in (f0, f1))
@@ -295,29 +337,33 @@ class Columns:
         `more`, written once into one matrix (two copies of 10^6 records would be 40 MB more)."""
         n, m = len(depth), len(more.depth)
         cols = cls.__new__(cls)
-        cols.rec = np.zeros((n + m + 1, 5), dtype=np.int32)
-        cols.rec[:n, 0], cols.rec[:n, 1], cols.rec[:n, 2:] = key, out, reads
-        cols.rec[n:n + m] = more.rec[:m]
-        cols.rec[n:n + m, 0] += len(keys)
+        cols.rec = np.empty((n + m, 4), dtype=np.int32)
+        cols.rec[:n, 0], cols.rec[:n, 1:] = out, reads
+        cols.rec[n:] = more.rec
+        cols.op = np.concatenate([np.asarray(key, dtype=np.int32), more.op + len(keys)])
         cols.keys, cols.fits, cols.field_rows = list(keys) + more.keys, more.fits, more.field_rows + n
         cols.depth = np.concatenate([np.asarray(depth, dtype=np.int32), more.depth])
         cols.form = np.concatenate([np.zeros(n, dtype=np.int8), more.form])
         cols.f0, cols.f1 = more.f0, more.f1
         return cols
 
-    def sort(self, order):
-        """Reorder the records (one column copied at a time) and the field rows."""
-        at = np.full(len(order), -1, dtype=np.int32)  # field index of each old row
+    def take(self, rows):
+        """Keep the records `rows` (a subset or a reordering of them; every load, set and store
+        among them), in that order, in place: one column copied at a time."""
+        at = np.full(len(self.rec), -1, dtype=np.int32)  # field index of each old row
         at[self.field_rows] = np.arange(len(self.field_rows), dtype=np.int32)
-        moved = at[order]
+        moved = at[rows]
         self.field_rows = np.nonzero(moved >= 0)[0].astype(np.int32)
         pick = moved[self.field_rows]
         self.f0, self.f1 = self.f0[pick], self.f1[pick]
         del at, moved
-        n = len(order)
-        for j in range(5):
-            self.rec[:n, j] = self.rec[:n, j][order]
-        self.form = self.form[order]
+        m = len(rows)
+        for j in range(4):
+            self.rec[:m, j] = self.rec[:, j][rows]
+        self.rec = self.rec[:m]
+        self.form, self.op = self.form[rows], self.op[rows]
+        if self.depth is not None:
+            self.depth = self.depth[rows]
 
 
 def _distinct_rows(kinds, const_of, consts, n):
@@ -344,6 +390,74 @@ def _distinct_rows(kinds, const_of, consts, n):
         rank[packed[first]] = np.arange(len(first))
         inv = rank[packed]
     return np.concatenate([kinds[first, None], const_of[first]], axis=1).astype(np.int64), inv
+
+
+def _packed(reads):
+    """Each row's non-negative entries first, in order (then the -1s)."""
+    return np.take_along_axis(reads, np.argsort(reads < 0, axis=1, kind="stable"), axis=1)
+
+
+def _fuse(cols, keys, room):
+    """Fuse an op into its one reader when that is an op too and the pair reads at most three
+    registers: one `pair` record (key ("pair", inner, outer, the outer's operand the inner
+    feeds, by position)) computes both, from the inner's register operands then the outer's others, and the
+    inner's value never takes a register. Micrograd's sums of products are chains of such pairs
+    (mul into add): half the records, and no store and load between the two. At most `room` pair
+    keys, the most frequent, each of at least PAIR_MIN records (a rare pair is interpreter code
+    to compile for nothing); the inner's bits are those of straight-line code, as each part is
+    its primitive's `scalar` lowering. Returns the number of pairs made."""
+    ks, rec, op = cols.keys, cols.rec, cols.op
+    room = min(room, PAIRS)
+    if room <= 0 or not len(op):
+        return 0
+    regs = np.array([sum(s[0] == "reg" for s in k[3]) if k[0] == "op" else -9 for k in ks])  # -9: not an op
+    out, reads = rec[:, 0], rec[:, 1:]
+    size = int(max(out.max(), reads.max())) + 1
+    count = np.bincount(reads[reads >= 0], minlength=size)
+    reader, slot = np.full(size, -1, dtype=np.int32), np.zeros(size, dtype=np.int8)
+    for j in range(3):
+        rows = np.flatnonzero(reads[:, j] >= 0)
+        reader[reads[rows, j]], slot[reads[rows, j]] = rows, j
+    del rows
+    p = np.flatnonzero((regs[op] >= 0) & (out >= 0))
+    p = p[count[out[p]] == 1]
+    del count
+    q = reader[out[p]]
+    ok = (regs[op[q]] >= 0) & (regs[op[p]] + regs[op[q]] <= 4)
+    p, q = p[ok], q[ok]
+    inner = np.zeros(len(op), dtype=bool)
+    inner[q] = True
+    p, q = p[~inner[p]], q[~inner[p]]  # a chain's middle stays an outer
+    _, first = np.unique(q, return_index=True)  # one inner per outer
+    p, q = p[first], q[first]
+    j = slot[out[p]]
+    del reader, slot, inner, first
+    pair, which, counts = np.unique((op[p].astype(np.int64) * len(ks) + op[q]) * 3 + j,
+                                    return_inverse=True, return_counts=True)
+    best = np.argsort(-counts, kind="stable")[:room]
+    best = best[counts[best] >= PAIR_MIN]
+    if not len(best):
+        return 0
+    known = len(ks)
+    code = np.full(len(pair), -1, dtype=np.int32)
+    code[best] = np.arange(known, known + len(best))
+    for c in best.tolist():
+        a, rest = divmod(int(pair[c]), 3 * known)
+        outer = ks[rest // 3]
+        key = ("pair", ks[a], outer, [i for i, s in enumerate(outer[3]) if s[0] == "reg"][rest % 3])
+        ks.append(key)
+        keys[key] = None  # its parts' attrs are theirs
+    code = code[which]
+    sel = code >= 0
+    p, q, j, code = p[sel], q[sel], j[sel], code[sel]
+    both = np.concatenate([reads[p], reads[q]], axis=1)
+    both[np.arange(len(q)), 3 + j] = -1  # the outer's operand the inner feeds
+    reads[q] = _packed(both)[:, :3]
+    op[q] = code
+    keep = np.ones(len(op), dtype=bool)
+    keep[p] = False
+    cols.take(np.flatnonzero(keep))
+    return len(p)
 
 
 def _with_memory_keys(keys, ops):
@@ -386,8 +500,8 @@ def _allocate(cols):
     the register its operand just freed). Only the free list walks the records one by one, over
     arrays: at 2M records a list of ints per record would be ~60 MB."""
     rec = cols.rec
-    t_count = len(rec) - 1
-    out, reads = rec[:t_count, 1].copy(), rec[:t_count, 2:]
+    t_count = len(rec)
+    out, reads = rec[:, 0].copy(), rec[:, 1:]
     size = int(max(out.max(initial=-1), reads.max(initial=-1))) + 1
     last = np.full(size + 1, -1, dtype=np.int32)  # each value's last reader; [size]: 'no operand'
     when = np.arange(t_count, dtype=np.int32)
@@ -417,11 +531,11 @@ def _allocate(cols):
     regs = np.frombuffer(reg, dtype=np.int32)
     # op: (out, a, b, c) registers; load, set: (out, f0, f1); store: (-, value, f0, f1): each
     # column rewritten in place, then patched where the form differs
-    for j in range(1, 5):
-        rec[:t_count, j] = regs[rec[:t_count, j]]
+    for j in range(4):
+        rec[:, j] = regs[rec[:, j]]
     rows, store = cols.field_rows, cols.form[cols.field_rows] == 2
     fields, stores = rows[~store], rows[store]
-    rec[fields, 2], rec[fields, 3], rec[fields, 4] = cols.f0[~store], cols.f1[~store], 0
-    rec[stores, 1], rec[stores, 3], rec[stores, 4] = 0, cols.f0[store], cols.f1[store]
+    rec[fields, 1], rec[fields, 2], rec[fields, 3] = cols.f0[~store], cols.f1[~store], 0
+    rec[stores, 0], rec[stores, 2], rec[stores, 3] = 0, cols.f0[store], cols.f1[store]
     cols.rec = None
     return rec, top

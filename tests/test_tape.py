@@ -46,12 +46,15 @@ def test_tape_gives_the_bits_of_straight_line_code_and_the_reference_values(ops)
     x = np.array([-1.5, -0.25, -0.0, 0.0, 0.75, 2.0])
     fn = scalar_program(ops)
     with pytest.MonkeyPatch.context() as mp:
-        (v_tape, g_tape), stats = _run(fn, x, "tape", mp)
-        assert stats["tapes"], "the forced tier put no program on the tape"
         (v_line, g_line), line = _run(fn, x, "straight", mp)
         assert not line["tapes"]
-    np.testing.assert_array_equal(np.asarray(v_tape).view(np.int64), np.asarray(v_line).view(np.int64))
-    np.testing.assert_array_equal(g_tape.view(np.int64), g_line.view(np.int64))
+        (v_tape, g_tape), stats = _run(fn, x, "tape", mp)
+        assert stats["tapes"], "the forced tier put no program on the tape"
+        mp.setattr(tape, "PAIR_MIN", 1)  # every pair an opcode: fused records give the same bits
+        (v_pair, g_pair), _ = _run(fn, x, "tape", mp)
+    for v, g in ((v_tape, g_tape), (v_pair, g_pair)):
+        np.testing.assert_array_equal(np.asarray(v).view(np.int64), np.asarray(v_line).view(np.int64))
+        np.testing.assert_array_equal(g.view(np.int64), g_line.view(np.int64))
     v_ref, g_ref = burjit.compile(fn, backend="reference")(x)
     np.testing.assert_allclose(v_tape, v_ref, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(g_tape, g_ref, rtol=1e-9, atol=1e-12)
@@ -103,6 +106,43 @@ def test_auto_tier_by_size_and_env_override(monkeypatch):
     monkeypatch.setenv("BURJIT_TIER", "tape")
     tiny = burjit.compile(_chain(10))
     assert tiny.stats(x)["tapes"] and np.array_equal(tiny(x)[1], v_small[1])
+
+
+def _neurons(width, depth):
+    """micrograd's neurons as scalars: sums of products, each product read once (mul into add)."""
+    def f(w):
+        h = [w[0, 0, j] for j in range(width)]
+        for layer in range(1, depth + 1):
+            h = [F.relu(sum((w[layer, k, j] * h[j] for j in range(width)), w[0, 1, k])) for k in range(width)]
+        return sum(h[1:], h[0])
+    return burjit.value_and_grad(f)
+
+
+def test_products_read_once_are_fused_into_their_sums(monkeypatch):
+    w = np.random.default_rng(0).normal(size=(4, 12, 12))
+    fn = _neurons(12, 3)
+    (v_line, g_line), _ = _run(fn, w, "straight", monkeypatch)
+    monkeypatch.setattr(tape, "PAIR_MIN", 10 ** 9)  # no pair gets an opcode
+    _, stats = _run(fn, w, "tape", monkeypatch)
+    (plain,) = stats["tapes"]
+    monkeypatch.setattr(tape, "PAIR_MIN", 100)
+    (v, g), stats = _run(fn, w, "tape", monkeypatch)
+    (fused,) = stats["tapes"]
+    assert plain["pairs"] == 0 and fused["pairs"] >= 3 * 12 * 12  # the forward's products at least
+    assert fused["records"] == plain["records"] - fused["pairs"] and fused["registers"] < plain["registers"]
+    assert v == v_line and np.array_equal(g.view(np.int64), g_line.view(np.int64))
+
+
+@pytest.mark.parametrize("per_run", [True, False])
+def test_dispatch_per_run_or_per_record_gives_the_same_bits(per_run, monkeypatch):
+    w = np.random.default_rng(1).normal(size=(4, 8, 8))
+    fn = _neurons(8, 3)
+    (v_line, g_line), _ = _run(fn, w, "straight", monkeypatch)
+    monkeypatch.setattr(tape, "RUN", 1 if per_run else 10 ** 9)
+    (v, g), stats = _run(fn, w, "tape", monkeypatch)
+    (t,) = stats["tapes"]
+    assert (t["runs"] is not None) == per_run and (not per_run or t["runs"] < t["records"])
+    assert v == v_line and np.array_equal(g.view(np.int64), g_line.view(np.int64))
 
 
 def test_the_argument_overrides_the_env_var(monkeypatch):
