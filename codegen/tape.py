@@ -393,15 +393,20 @@ def _distinct_rows(kinds, const_of, consts, n):
 
 
 def _packed(reads):
-    """Each row's non-negative entries first, in order (then the -1s)."""
-    return np.take_along_axis(reads, np.argsort(reads < 0, axis=1, kind="stable"), axis=1)
+    """Each row's non-negative entries moved first, in order (then the -1s), in place: a bubble
+    over the few columns, with masks alone (an argsort over rows would hold 8 bytes an entry)."""
+    for _ in range(reads.shape[1] - 1):
+        for j in range(reads.shape[1] - 1):
+            move = (reads[:, j] < 0) & (reads[:, j + 1] >= 0)
+            reads[move, j], reads[move, j + 1] = reads[move, j + 1], -1
+    return reads
 
 
 def _fuse(cols, keys, room):
-    """Fuse an op into its one reader when that is an op too and the pair reads at most three
-    registers: one `pair` record (key ("pair", inner, outer, the outer's operand the inner
-    feeds, by position)) computes both, from the inner's register operands then the outer's others, and the
-    inner's value never takes a register. Micrograd's sums of products are chains of such pairs
+    """Fuse an op into its one reader when that is an op too and the two read at most three
+    registers: one `pair` record (key ("pair", inner, outer, the position of the outer's operand
+    the inner feeds)) computes both, from the inner's register operands then the outer's others,
+    and the inner's value never takes a register. Micrograd's sums of products are chains of such pairs
     (mul into add): half the records, and no store and load between the two. At most `room` pair
     keys, the most frequent, each of at least PAIR_MIN records (a rare pair is interpreter code
     to compile for nothing); the inner's bits are those of straight-line code, as each part is
@@ -425,13 +430,13 @@ def _fuse(cols, keys, room):
     q = reader[out[p]]
     ok = (regs[op[q]] >= 0) & (regs[op[p]] + regs[op[q]] <= 4)
     p, q = p[ok], q[ok]
-    inner = np.zeros(len(op), dtype=bool)
-    inner[q] = True
-    p, q = p[~inner[p]], q[~inner[p]]  # a chain's middle stays an outer
+    outers = np.zeros(len(op), dtype=bool)
+    outers[q] = True
+    p, q = p[~outers[p]], q[~outers[p]]  # a chain's middle stays an outer
     _, first = np.unique(q, return_index=True)  # one inner per outer
     p, q = p[first], q[first]
     j = slot[out[p]]
-    del reader, slot, inner, first
+    del reader, slot, outers, first
     pair, which, counts = np.unique((op[p].astype(np.int64) * len(ks) + op[q]) * 3 + j,
                                     return_inverse=True, return_counts=True)
     best = np.argsort(-counts, kind="stable")[:room]
