@@ -26,7 +26,7 @@ from .graph import TIERS, collector_paused, tier as graph_tier, value_key
 from .tracer import Trace, Tracer, bind, check_dtype, lift
 
 BACKENDS = {}  # name -> (build, default pass names or None for the pipeline's default)
-_TREEDEFS = {}  # treedef -> (its generated flattener, a small int standing for it in cache keys)
+_TREEDEFS = {}  # treedef -> (its generated flattener, a small int standing for it in cache keys, itself)
 
 
 DEFAULT_CACHE_SIZE = 64
@@ -49,12 +49,18 @@ def _lookup_backend(name):
     return BACKENDS[name]
 
 
+_UNKNOWN = object()   # an entry's fast path, not yet made
+_MISMATCH = object()  # a fast path's answer for arguments of another signature
+
+
 class Lowered:
-    """One cache entry: the traced-and-passed graph, its executable, and how to map pytrees."""
+    """One cache entry: the traced-and-passed graph, its executable, and how to map pytrees;
+    `fast`: its fast path (CompiledFunction._fast_path), once known."""
 
     def __init__(self, graph, executable, out_tree):
         self.graph, self.executable, self.out_tree = graph, executable, out_tree
         self.rebuild = pytree.unflattener(out_tree)
+        self.fast = _UNKNOWN
 
 
 class CompiledFunction:
@@ -80,8 +86,14 @@ class CompiledFunction:
         self._flatteners = {}
         self._last = None
         self._nums = {}  # number of arguments -> (static positions, donated positions), negatives resolved
+        self._fast = None  # the last entry's fast path, if it has one
 
     def __call__(self, *args):
+        fast = self._fast
+        if fast is not None:  # the signature called last, checked by the native entry
+            out = fast(args)
+            if out is not _MISMATCH:
+                return out
         key, arrays = self._signature(args)
         entry = self._cache.get(key)
         if entry is None:
@@ -89,6 +101,7 @@ class CompiledFunction:
         elif entry is not self._last:
             self._cache.move_to_end(key)
         self._last = entry
+        self._fast = entry.fast if entry.fast is not _UNKNOWN else self._fast_path(entry, args)
         return entry.rebuild(entry.executable(arrays))
 
     def __reduce__(self):
@@ -155,9 +168,37 @@ class CompiledFunction:
         leaves, td = pytree.flatten(arg)
         known = _TREEDEFS.get(td)
         if known is None:  # once per structure: a small int keys the cache (no deep hashing)
-            known = _TREEDEFS[td] = (pytree.flattener(td), len(_TREEDEFS))
+            known = _TREEDEFS[td] = (pytree.flattener(td), len(_TREEDEFS), td)
         self._flatteners[i] = known
         return leaves, known[1]
+
+    def _fast_path(self, entry, args):
+        """A function args -> the result of entry's step, or _MISMATCH, nothing run, for args of
+        another signature (or None: no fast path). It flattens args as this call's flatteners
+        did (another structure is _MISMATCH) and hands the leaves to the executable's fast path,
+        whose native entry checks each leaf as _signature would. Only for steps without static
+        arguments or Python-scalar leaves, whose values are part of the signature."""
+        make = getattr(entry.executable, "fast_path", None)
+        entry.fast = None
+        if make is None or self._positions(len(args))[0]:
+            return None
+        trees = [self._flatteners[i][2] for i in range(len(args))]
+        if not all(type(x) is np.ndarray or isinstance(x, np.generic)
+                   for td, a in zip(trees, args) for x in pytree.flatten(a)[0]):
+            return None
+        scope = {"run": make(entry.rebuild, _MISMATCH), "M": _MISMATCH}
+        lines, items = [f"if len(a) != {len(args)}: return M"], []
+        for i, td in enumerate(trees):  # a leaf argument goes in as it is: the entry checks its type
+            if td == pytree.LEAF:
+                items.append(f"a[{i}]")
+                continue
+            scope[f"f{i}"] = pytree.flattener(td, leaves_checked=False)
+            lines += [f"l{i} = f{i}(a[{i}])", f"if l{i} is None: return M"]
+            items.append(f"*l{i}")
+        lines.append(f"return run([{', '.join(items)}])")
+        exec("def fast(a):\n    " + "\n    ".join(lines), scope)  # noqa: S102 (names and ints only)
+        entry.fast = scope["fast"]
+        return entry.fast
 
     def _signature(self, args):
         """Cache key and input arrays. On the hot path: dtype support is checked when tracing."""
@@ -251,6 +292,7 @@ class CompiledFunction:
                 outs.append(lift(leaf).node)
             g.outputs = outs
         g.aliases = self._aliases(args, arrays, in_leaf_pos, out_tree, g)
+        g.meta["donated"] = sorted(k for i in self._positions(len(args))[1] for k in in_leaf_pos.get(i, ()))
         return [g, out_tree]
 
     def _aliases(self, args, arrays, in_leaf_pos, out_tree, g):

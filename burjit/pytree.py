@@ -5,7 +5,9 @@ Dict keys are sorted, as in JAX, so two dicts built in different orders trace al
 mixed types sort by type name first).
 """
 
-_LEAF = "*"
+import operator
+
+LEAF = "*"
 
 
 def flatten(tree):
@@ -28,7 +30,7 @@ def _flatten(tree, leaves):
     if tree is None:
         return ("none",)
     leaves.append(tree)
-    return _LEAF
+    return LEAF
 
 
 def _sorted_keys(d):
@@ -43,13 +45,13 @@ def unflatten(treedef, leaves):
     """Inverse of flatten: rebuild the tree from its treedef and leaves."""
     it = iter(leaves)
     out = _unflatten(treedef, it)
-    if next(it, _LEAF) is not _LEAF:
+    if next(it, LEAF) is not LEAF:
         raise ValueError("too many leaves for treedef")
     return out
 
 
 def _unflatten(td, it):
-    if td == _LEAF:
+    if td == LEAF:
         return next(it)
     kind = td[0]
     if kind == "none":
@@ -63,14 +65,14 @@ def _unflatten(td, it):
 
 
 def num_leaves(treedef):
-    if treedef == _LEAF:
+    if treedef == LEAF:
         return 1
     return sum(num_leaves(c) for c in treedef[2]) if treedef[0] != "none" else 0
 
 
 def leaf_paths(treedef):
     """Each leaf's key path (dict keys and sequence indices, root first), in flatten order."""
-    if treedef == _LEAF:
+    if treedef == LEAF:
         return [()]
     if treedef[0] == "none":
         return []
@@ -86,7 +88,7 @@ def tree_map(fn, tree, *rest):
 
 def top_level(treedef):
     """The children of a top-level tuple/list output, or the whole tree as one child."""
-    if treedef != _LEAF and treedef[0] in ("tuple", "list"):
+    if treedef != LEAF and treedef[0] in ("tuple", "list"):
         return list(treedef[2])
     return [treedef]
 
@@ -96,22 +98,30 @@ def unflattener(treedef):
     consts = []
 
     def expr(td, counter):
-        if td == _LEAF:
+        if td == LEAF:
             counter[0] += 1
             return f"o[{counter[0] - 1}]"
         kind = td[0]
         if kind == "none":
             return "None"
+        if kind == "dict" and len(td[2]) >= 16 and all(ch == LEAF for ch in td[2]):  # zip: no bytecode a key
+            consts.append(td[1])
+            counter[0] += len(td[2])
+            return f"dict(zip(c[{len(consts) - 1}], o[{counter[0] - len(td[2])}:{counter[0]}]))"
         if kind == "dict":
-            consts.extend(td[1])
-            base = len(consts) - len(td[1])
-            return "{" + ", ".join(f"c[{base + i}]: {expr(ch, counter)}" for i, ch in enumerate(td[2])) + "}"
+            return "{" + ", ".join(f"{key(k)}: {expr(ch, counter)}" for k, ch in zip(td[1], td[2])) + "}"
         items = [expr(ch, counter) for ch in td[2]]
         if kind == "namedtuple":
             consts.append(td[1])
             return f"c[{len(consts) - 1}](" + ", ".join(items) + ")"
         body = ", ".join(items)
         return f"({body},)" if kind == "tuple" and len(items) == 1 else f"({body})" if kind == "tuple" else f"[{body}]"
+
+    def key(k):  # a str key as a literal (the fastest to load), any other from the constants
+        if type(k) is str:
+            return repr(k)
+        consts.append(k)
+        return f"c[{len(consts) - 1}]"
 
     source = expr(treedef, [0])
     return eval(f"lambda o: {source}", {"c": consts})
@@ -120,44 +130,56 @@ def unflattener(treedef):
 _CONTAINERS = (dict, list, tuple, type(None))
 
 
-def flattener(treedef):
+def flattener(treedef, leaves_checked=True):
     """A function tree -> leaves for trees of exactly this treedef (None for any other tree).
 
-    Generated once per treedef, it checks each container's type and keys or length and reads
-    the leaves by direct indexing: several times faster than `flatten` for the parameter trees
-    that a training step receives on every call.
+    Generated once per treedef, it checks each container's type and size and reads the leaves
+    by direct indexing (a dict's values by one itemgetter: a missing key is a KeyError, so a
+    dict of the right size and every key has exactly these keys): several times faster than
+    `flatten` for the parameter trees that a training step receives on every call. With
+    leaves_checked=False a container where a leaf was is not caught (the caller checks leaves).
     """
     lines, consts, names = [], [], iter(range(1 << 30))
 
     def visit(td, var):
-        if td == _LEAF:
+        if td == LEAF:
             return [var]
         kind = td[0]
         if kind == "none":
             lines.append(f"if {var} is not None: return None")
             return []
         if kind == "dict":
-            consts.append(set(td[1]))
-            lines.append(f"if not isinstance({var}, dict) or {var}.keys() != c[{len(consts) - 1}]: return None")
             keys = td[1]
+            lines.append(f"if not isinstance({var}, dict) or len({var}) != {len(keys)}: return None")
+            if len(keys) < 16 and all(type(k) is str for k in keys):  # literal subscripts beat a call
+                children = [f"{var}[{k!r}]" for k in keys]
+            else:
+                consts.append(operator.itemgetter(*keys) if len(keys) > 1 else lambda d, k=keys: tuple(d[x] for x in k))
+                values = f"v{next(names)}"
+                lines.append(f"{values} = c[{len(consts) - 1}]({var})")
+                children = [f"{values}[{j}]" for j in range(len(keys))]
+                if all(child == LEAF for child in td[2]):
+                    return [f"*{values}"]
         else:
             check = {"list": "list", "tuple": "tuple"}.get(kind)
             if check is None:
                 consts.append(td[1])
                 check = f"c[{len(consts) - 1}]"
             lines.append(f"if type({var}) is not {check} or len({var}) != {len(td[2])}: return None")
-            keys = range(len(td[2]))
+            children = [f"{var}[{j}]" for j in range(len(td[2]))]
         out = []
-        for k, child in zip(keys, td[2]):
-            consts.append(k)
+        for child, read in zip(td[2], children):
+            if child == LEAF:
+                out.append(read)
+                continue
             name = f"v{next(names)}"
-            lines.append(f"{name} = {var}[c[{len(consts) - 1}]]")
+            lines.append(f"{name} = {read}")
             out += visit(child, name)
         return out
 
     leaves = visit(treedef, "t")
-    body = "\n    ".join(lines + [f"out = [{', '.join(leaves)}]",
-                                  "return None if any(type(x) in leaf_bad for x in out) else out"])
+    last = "None if any(type(x) in leaf_bad for x in out) else out" if leaves_checked else "out"
+    body = "\n        ".join(lines + [f"out = [{', '.join(leaves)}]", f"return {last}"])
     scope = {"c": consts, "leaf_bad": _CONTAINERS}
-    exec(f"def flat(t):\n    {body}\n", scope)
+    exec(f"def flat(t):\n    try:\n        {body}\n    except KeyError:\n        return None\n", scope)
     return scope["flat"]

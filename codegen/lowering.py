@@ -34,7 +34,7 @@ from llvmlite import ir
 from burjit import primitives as P
 from burjit.passes.memplan import ALIGN
 
-from . import kernels, loops, tape
+from . import abi, kernels, loops, tape
 from .emitter import Emitter
 from .matmul import matmul
 from .program import Program, running_totals
@@ -76,7 +76,10 @@ class Lowering:
         # once (not poisoned)
         self.records_offset = self.tape_offset + self.tape_bytes
         self.record_slots = {gi: self.records_offset + 16 * k for k, gi in enumerate(sorted(self.tapes))}
-        self.arena_bytes = self.records_offset + 16 * len(self.tapes)
+        # then, per input, the addresses of its dtype and numpy scalar type, which the entry
+        # checks inputs against (process-local: written by the executable, never baked in)
+        self.expect_offset = self.records_offset + 16 * len(self.tapes)
+        self.arena_bytes = self.expect_offset + 16 * self.n_in
 
     # -- buffers --------------------------------------------------------------------------------
     def ref(self, node):
@@ -193,32 +196,123 @@ class Lowering:
 
     def _entry(self, step):
         """`burjit_entry(self, args, nargs)`, a METH_FASTCALL builtin called with (inputs, outputs,
-        arena): argv from the lists' arrays; returns the outputs list, or on an error the inputs
-        list with the code stored at `status_offset` of the arena (a new reference either way)."""
-        list_items, array_data = self.offsets
+        arena): argv from the lists' objects; returns the outputs list, or on an error the inputs
+        list with the code stored at `status_offset` of the arena, or the arena if an input is
+        not what the step was built for (a new reference each time). An input must be an exact
+        ndarray of its shape and dtype, C-contiguous, writable and overlapping no other input if
+        donated; or, if 0-d and not donated, a numpy scalar of its dtype, read in place."""
+        at, g = self.offsets, self.graph
         fn = ir.Function(self.mod, ir.FunctionType(PTR, [PTR, PTR, I64]), name=ENTRY)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         args = [b.load(b.gep(fn.args[1], [I64(k)], source_etype=PTR), typ=PTR) for k in range(3)]
 
-        def field(obj, offset):
-            return b.load(b.gep(obj, [I64(offset)], source_etype=I8), typ=PTR)
+        def field(obj, offset, typ=PTR):
+            return b.load(b.gep(obj, [I64(offset)], source_etype=I8), typ=typ)
+        arena, ndarray = field(args[2], at.array_data), field(args[2], at.ob_type)
+        mismatch, fails = fn.append_basic_block("mismatch"), []  # fails: the blocks branching there
+
+        def check(cond, then):
+            b.cbranch(cond, then, mismatch)
+            fails.append(b.block)
+        donated = set(g.meta.get("donated", ()))
         argv = b.alloca(PTR, size=I64(self.arena_slot + 1))
-        slot = 0
-        for lst, count in zip(args[:2], (self.n_in, self.n_out)):
-            items = field(lst, list_items)
-            for k in range(count):
-                b.store(field(b.load(b.gep(items, [I64(k)], source_etype=PTR), typ=PTR), array_data),
-                        b.gep(argv, [I64(slot)], source_etype=PTR))
-                slot += 1
-        arena = field(args[2], array_data)
-        b.store(arena, b.gep(argv, [I64(slot)], source_etype=PTR))
+        items = field(args[0], at.list_items)
+        for k, node in enumerate(g.inputs):
+            shape = g[node]["shape"]
+            obj = b.load(b.gep(items, [I64(k)], source_etype=PTR), typ=PTR)
+            expect = b.gep(arena, [I64(self.expect_offset + 16 * k)], source_etype=I8)
+            array, found = fn.append_basic_block(f"in{k}array"), fn.append_basic_block(f"in{k}ok")
+            is_array = b.icmp_unsigned("==", field(obj, at.ob_type), ndarray)
+            scalar = fn.append_basic_block(f"in{k}scalar") if shape == () and k not in donated else None
+            if scalar:
+                b.cbranch(is_array, array, scalar)
+                b.position_at_end(scalar)
+                value = b.gep(obj, [I64(at.scalar_value)], source_etype=I8)
+                check(b.icmp_unsigned("==", field(obj, at.ob_type), field(expect, 8)), found)
+            else:
+                check(is_array, array)
+            b.position_at_end(array)
+            dims = fn.append_basic_block(f"in{k}dims")
+            flags = field(obj, at.array_flags, I32)
+            need = abi.C_CONTIGUOUS | (abi.WRITEABLE if k in donated else 0)
+            ok = b.and_(b.icmp_unsigned("==", field(obj, at.array_nd, I32), I32(len(shape))),
+                        b.icmp_unsigned("==", b.and_(flags, I32(need)), I32(need)))
+            check(b.and_(ok, b.icmp_unsigned("==", field(obj, at.array_descr), b.load(expect, typ=PTR))), dims)
+            b.position_at_end(dims)
+            extents = field(obj, at.array_dims)
+            ok = I1(1)
+            for d, n in enumerate(shape):
+                ok = b.and_(ok, b.icmp_unsigned("==", b.load(b.gep(extents, [I64(d)], source_etype=I64), typ=I64), I64(n)))
+            data = field(obj, at.array_data)
+            check(ok, found)
+            b.position_at_end(found)
+            ptr = b.phi(PTR)
+            ptr.add_incoming(data, dims)
+            if scalar:
+                ptr.add_incoming(value, scalar)
+            b.store(ptr, b.gep(argv, [I64(k)], source_etype=PTR))
+        if donated:
+            self._overlaps(b, argv, sorted(donated), check)
+        outs = field(args[1], at.list_items)
+        for j in range(self.n_out):
+            b.store(field(b.load(b.gep(outs, [I64(j)], source_etype=PTR), typ=PTR), at.array_data),
+                    b.gep(argv, [I64(self.n_in + j)], source_etype=PTR))
+        b.store(arena, b.gep(argv, [I64(self.arena_slot)], source_etype=PTR))
         rc = b.call(step, [argv])
         failed = b.icmp_unsigned("!=", rc, I32(0))
         with b.if_then(failed):
             b.store(rc, b.gep(arena, [I64(self.status_offset)], source_etype=I8))
         result = b.select(failed, args[0], args[1])
-        b.store(b.add(b.load(result, typ=I64), I64(1)), result)  # Py_INCREF (lists are never immortal)
-        b.ret(result)
+        done = b.block
+        b.branch(mismatch)
+        b.position_at_end(mismatch)
+        back = b.phi(PTR)
+        back.add_incoming(result, done)
+        for pred in fails:
+            back.add_incoming(args[2], pred)
+        b.store(b.add(b.load(back, typ=I64), I64(1)), back)  # Py_INCREF (lists and the arena are never immortal)
+        b.ret(back)
+
+    def _overlaps(self, b, argv, donated, check):
+        """check(cond, then) fails if a donated input's bytes overlap another input's: a loop over
+        (donated, input) pairs, comparing byte ranges (views are caught, not just repeats)."""
+        g, fn = self.graph, b.function
+        size = [g.nbytes(n) for n in g.inputs]
+        table = lambda name, values: constant_global(self.mod, name, np.asarray(values, np.int64).tobytes(), 8)  # noqa: E731
+        sizes, which = table("input_bytes", size), table("donated_inputs", donated)
+        start = b.block
+        outer, inner, tail = (fn.append_basic_block(f"overlap_{x}") for x in ("outer", "inner", "next"))
+        b.branch(outer)
+        b.position_at_end(outer)
+        d = b.phi(I64)
+        d.add_incoming(I64(0), start)
+
+        def span(k):
+            lo = b.ptrtoint(b.load(b.gep(argv, [k], source_etype=PTR), typ=PTR), I64)
+            return lo, b.add(lo, b.load(b.gep(sizes, [k], source_etype=I64), typ=I64))
+        k = b.load(b.gep(which, [d], source_etype=I64), typ=I64)
+        lo_k, hi_k = span(k)
+        b.branch(inner)
+        b.position_at_end(inner)
+        j, count = b.phi(I64), b.phi(I64)
+        j.add_incoming(I64(0), outer)
+        count.add_incoming(I64(0), outer)
+        lo_j, hi_j = span(j)
+        hit = b.and_(b.icmp_unsigned("<", lo_j, hi_k), b.icmp_unsigned("<", lo_k, hi_j))
+        more = b.add(count, b.zext(hit, I64))
+        step = b.add(j, I64(1))
+        j.add_incoming(step, inner)
+        count.add_incoming(more, inner)
+        b.cbranch(b.icmp_unsigned("<", step, I64(len(size))), inner, tail)
+        b.position_at_end(tail)
+        itself = b.zext(b.icmp_unsigned("<", lo_k, hi_k), I64)  # an empty buffer overlaps nothing
+        again, done = fn.append_basic_block("overlap_again"), fn.append_basic_block("overlap_done")
+        check(b.icmp_unsigned("==", more, itself), again)
+        b.position_at_end(again)
+        following = b.add(d, I64(1))
+        d.add_incoming(following, again)
+        b.cbranch(b.icmp_unsigned("<", following, I64(len(donated))), outer, done)
+        b.position_at_end(done)
 
     def _main_ptr(self, b, ref):
         if ref[0] == "global":

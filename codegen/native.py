@@ -94,21 +94,38 @@ class NativeExecutable:
         for gi, at in low.record_slots.items():  # the tapes' records and runs: arrays the lowering keeps alive
             self._arena[at:at + 16].view(np.uint64)[:] = low.tapes[gi].records.ctypes.data, low.tapes[gi].runs.ctypes.data
         self._status = self._arena[low.status_offset:low.status_offset + 4].view(np.int32)
+        kinds = [np.dtype(g[n]["dtype"]) for n in g.inputs]  # the entry checks inputs against these
+        self._arena[low.expect_offset:low.arena_bytes].view(np.uint64)[:] = [v for d in kinds for v in (id(d), id(d.type))]
         self._new_outputs = _output_maker(g)
+        self._lock = threading.Lock()
         if low.static_error or low.backup or not low.offsets:
             self.__class__ = _CheckedExecutable
-            self._lock = threading.Lock()
         else:
             self._call = self._entry.function
+            self._lean = self.fast_path(None, None)
 
     def __call__(self, inputs):
-        """Run the step: the lean path (no staging, no constant-index error, object layouts known)."""
+        """Run the step: the lean path (no staging, no constant-index error, object layouts known),
+        or the portable one for inputs the entry does not take as they are."""
         if type(inputs) is not list:
             inputs = list(inputs)
-        outs = self._new_outputs(inputs)
-        if self._call(inputs, outs, self._arena) is not outs:
-            raise IndexError(self._message(int(self._status[0]), inputs))
-        return outs
+        outs = self._lean(inputs)
+        return outs if outs is not None else _CheckedExecutable.__call__(self, inputs)
+
+    def fast_path(self, rebuild, mismatch):
+        """A function: the list of inputs (arrays, or numpy scalars where 0-d) -> rebuild(the
+        outputs list), or `mismatch`, nothing run, if an input is not of the type, shape, dtype
+        and layout the step was built for (the entry checks them all: lowering.py); an index
+        out of range raises IndexError. One generated function, as every Python call layer
+        costs about what the native step of a small graph does."""
+        env, outs = _outputs_display(self.graph)
+        env.update(C=self._call, A=self._arena, R=rebuild, M=mismatch, fail=self._failed)
+        exec(f"def run(i):\n    o = {outs}\n    r = C(i, o, A)\n    if r is o:\n"  # noqa: S102 (names only)
+             f"        return {'R(o)' if rebuild else 'o'}\n    if r is i:\n        fail(i)\n    return M\n", env)
+        return env["run"]
+
+    def _failed(self, inputs):
+        raise IndexError(self._message(int(self._status[0]), inputs))
 
     def _message(self, rc, inputs):
         node, size, k = self.lowering.errors[rc - 1]
@@ -184,6 +201,8 @@ class _CheckedExecutable(NativeExecutable):
     its bytecodes, so the whole call holds the executable's lock (the lean path is one builtin
     call, atomic under the GIL)."""
 
+    fast_path = None  # no entry checks inputs here: calls go through jit's _signature
+
     def __call__(self, inputs):
         low = self.lowering
         if low.static_error:
@@ -205,10 +224,14 @@ class _CheckedExecutable(NativeExecutable):
 
 
 def _output_maker(graph):
-    """inputs -> the list of output arrays: fresh np.empty ones, donated inputs where aliased.
+    """inputs -> the list of output arrays: fresh np.empty ones, donated inputs where aliased."""
+    env, outs = _outputs_display(graph)
+    return eval(f"lambda i: {outs}", env)  # noqa: S307 (names and ints only)
 
-    Generated as one list display: a comprehension over specs costs more than the allocations.
-    """
+
+def _outputs_display(graph):
+    """(names, a list display of the output arrays over the inputs list `i`). One display: a
+    comprehension over specs costs more than the allocations."""
     env, items = {"E": np.empty}, []
     for j, n in enumerate(graph.outputs):
         if j in graph.aliases:
@@ -216,14 +239,14 @@ def _output_maker(graph):
         else:
             env[f"s{j}"], env[f"d{j}"] = graph[n]["shape"], np.dtype(graph[n]["dtype"])
             items.append(f"E(s{j}, d{j})")
-    return eval(f"lambda i: [{', '.join(items)}]", env)  # noqa: S307 (names and ints only)
+    return env, f"[{', '.join(items)}]"
 
 
 def _key_parts(graph, low):
     plan = graph.meta["memory"]
     literals = sorted((n, graph[n]["attrs"]["value"]._key) for n in graph.nx.nodes if graph[n]["op"] == "literal")
     return (graph.fingerprint(), [tuple(g) for g in graph.meta["schedule"]], sorted(plan.location.items()),
-            plan.arena_bytes, literals, low.poison, low.offsets,
+            plan.arena_bytes, literals, low.poison, low.offsets, graph.meta.get("donated"),
             [(gi, t.per_run, t.table) for gi, t in sorted(low.tapes.items())], engine.host_identity())
 
 

@@ -177,3 +177,82 @@ def test_unknown_pass_in_the_environment_is_refused(monkeypatch):
     monkeypatch.setenv("BURJIT_DISABLE_PASSES", "simplify,fusion")
     with pytest.raises(ValueError, match=r"BURJIT_DISABLE_PASSES.*\['fusion'\]"):
         pipeline.run(graph)
+
+
+# -- the fast path: a call of the signature called last skips _signature, the native entry checks ----------
+
+def _warm(step, *args):
+    """Call twice so the entry's fast path is in place; then make _signature loud."""
+    step(*args)
+    step(*args)
+    assert step._fast is not None
+
+
+def test_the_signature_called_last_skips_the_python_checks(monkeypatch):
+    step = burjit.compile(lambda p, s: {"w": p["w"] * s, "n": F.sum(p["b"])})
+    p, s = {"w": np.ones((2, 3)), "b": np.arange(3.0)}, np.float64(2.5)
+    _warm(step, p, s)
+    calls = []
+    real = burjit.jit.CompiledFunction._signature
+    monkeypatch.setattr(burjit.jit.CompiledFunction, "_signature", lambda self, a: calls.append(1) or real(self, a))
+    out = step(p, s)  # a numpy scalar, read in place by the entry
+    assert not calls and np.array_equal(out["w"], np.full((2, 3), 2.5)) and out["n"] == 3.0
+    out = step(p, np.array(4.0))  # a 0-d array takes the same path
+    assert not calls and np.array_equal(out["w"], np.full((2, 3), 4.0))
+    out = step({"w": np.ones((3, 3)), "b": np.arange(3.0)}, s)  # another shape: the slow path, a new entry
+    assert calls and out["w"].shape == (3, 3)
+
+
+@pytest.mark.parametrize("case", ["shape", "dtype", "scalar dtype", "non-contiguous", "list", "subclass",
+                                  "python float", "missing key", "extra key"])
+def test_a_changed_argument_after_the_fast_path_gives_what_a_fresh_step_gives(case):
+    def f(p, s):
+        return p["w"] * s + F.sum(p["b"])
+    good = ({"w": np.ones((2, 3)), "b": np.arange(3.0)}, np.float64(2.0))
+    w = np.arange(12.0).reshape(3, 4)[:, :3]
+    p, s = {
+        "shape": ({"w": np.ones((2, 2)), "b": np.arange(3.0)}, good[1]),
+        "dtype": ({"w": np.ones((2, 3), np.float32), "b": np.arange(3.0)}, good[1]),
+        "scalar dtype": (good[0], np.float32(2.0)),
+        "non-contiguous": ({"w": w[:2], "b": np.arange(3.0)}, good[1]),
+        "list": ({"w": [[1.0] * 3] * 2, "b": np.arange(3.0)}, good[1]),
+        "subclass": ({"w": np.ones((2, 3)).view(type("Sub", (np.ndarray,), {})), "b": np.arange(3.0)}, good[1]),
+        "python float": (good[0], 3.0),
+        "missing key": ({"w": np.ones((2, 3))}, good[1]),
+        "extra key": ({"w": np.ones((2, 3)), "b": np.arange(3.0), "c": np.ones(1)}, good[1]),
+    }[case]
+    step = burjit.compile(f)
+    _warm(step, *good)
+    try:
+        expected = burjit.compile(f)(p, s)
+    except Exception as e:  # noqa: BLE001 (the fresh step's error is the expectation)
+        with pytest.raises(type(e), match=str(e)[:40].replace("(", r"\(").replace(")", r"\)")):
+            step(p, s)
+    else:
+        np.testing.assert_array_equal(step(p, s), expected)
+    np.testing.assert_array_equal(step(*good), burjit.compile(f)(*good))
+
+
+def test_donation_checks_hold_on_the_fast_path():
+    step = burjit.compile(lambda w, x: (w - x, F.sum(x)), donate_argnums=0)
+    w, x = np.arange(4.0), np.ones(4)
+    _warm(step, w, x)
+    for view in (w, w[:], w.reshape(2, 2).ravel()):
+        with pytest.raises(ValueError, match="shares memory"):
+            step(w, view)
+    frozen = np.arange(4.0)
+    frozen.setflags(write=False)
+    with pytest.raises(ValueError, match="read-only"):
+        step(frozen, x)
+    before = w.copy()
+    new, total = step(w, x)
+    assert new is w and np.array_equal(w, before - 1.0) and total == 4.0
+    with pytest.raises(ValueError, match="non-contiguous"):
+        step(np.arange(8.0)[::2], x)
+
+
+def test_a_traced_value_on_the_fast_path_is_refused():
+    inner = burjit.compile(lambda x: x * 2.0)
+    _warm(inner, np.ones(2))
+    with pytest.raises(burjit.TracingError, match="traced values"):
+        burjit.compile(lambda x: inner(x))(np.ones(2))
