@@ -127,3 +127,14 @@ def test_the_adapters_import_no_framework_until_loaded():
 def test_leaves_and_unflatten_round_trip_a_pytree():
     tree = {"b": [1, (2, 3)], "a": 4}
     assert unflatten(tree, [10 * x for x in leaves(tree)]) == {"b": [10, (20, 30)], "a": 40}
+
+
+def test_front_door_prints_and_writes_every_case(tmp_path, capsys):
+    from benchmarks import front_door
+    out = tmp_path / "door.json"
+    front_door.main(["--seconds", "0.002", "--rounds", "1", "--out", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["case"] for r in rows] == list(front_door.cases())
+    assert all(r["compiled_us"] > 0 and r["plain_us"] > 0 for r in rows)
+    printed = capsys.readouterr().out
+    assert all(r["case"] in printed for r in rows)
