@@ -10,8 +10,14 @@ in place: an output (a top-level element of the returned tuple, or the whole res
 the same structure, shapes and dtypes as a donated argument is written into its buffers and
 returned as those very arrays.
 
+A call of the signature called last takes a fast path (`_fast_path`): one generated function
+that flattens the arguments by their known structure and hands the leaves to the native entry,
+which checks each of them (codegen/lowering.py); any other call, or a leaf the entry refuses,
+goes through `_signature`, the cache and, on a miss, tracing.
+
 A backend is `build(graph) -> executable`, with `executable(inputs) -> outputs` (lists of
-arrays). It must raise before writing anything when a step fails.
+arrays). It must raise before writing anything when a step fails. Its executable may offer
+`fast_path(rebuild, mismatch)`: inputs list -> rebuild(outputs), or `mismatch` with nothing run.
 """
 
 import collections

@@ -1,7 +1,8 @@
 """The step as LLVM IR: a driver module `i32 burjit_step(ptr argv)` and a module per kernel.
 
 argv holds the buffer pointers [inputs..., outputs..., arena]; `burjit_entry(inputs, outputs,
-arena)` builds it from Python lists of numpy arrays when `offsets` (abi.py) are known. The step runs the
+arena)` builds it from Python lists of numpy arrays (or numpy scalars), checking each input,
+when `offsets` (abi.py) are known. The step runs the
 schedule's kernels in order over the memory plan (passes/memplan.py), then copies each output
 to its destination, and returns 0, or 1 + i for error i of `Lowering.errors` (an index out of
 range) before anything a caller can see was written:

@@ -9,8 +9,10 @@ entry with the input list, the output list and the preallocated arena (abi.py); 
 need Python around the call (constant indices out of range, donated buffers to restore,
 unknown object layouts) take the ctypes path of _CheckedExecutable. Threads sharing a step
 (and its arena) run it one at a time: the lean call is one builtin that holds the GIL, the
-checked path holds the executable's lock. The executable trusts the front door (jit.py) to
-pass C-contiguous arrays of the traced shapes and dtypes, in input order.
+checked path holds the executable's lock. The entry checks every input itself (type, shape,
+dtype, C order; writable and overlapping nothing if donated) and runs nothing for one that is
+off, so `fast_path` hands jit.py a call that needs no Python check per leaf; numpy scalars go
+in as they are, read in place.
 
 Environment (read at build time):
   BURJIT_DUMP_DIR       write <key>.ll, <key>.opt.ll and <key>.s for every step built
