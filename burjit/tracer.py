@@ -24,33 +24,37 @@ _OWN_DIRS = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in (
 _state = threading.local()
 
 
-_own_code = {}   # id(code object) -> (whether it is burjit's or numpy's, the code: kept, so ids stay its)
+_own_ids, _user_ids = set(), set()  # ids of code objects in burjit or numpy / elsewhere
+_known_code = []  # those code objects, kept so that their ids stay theirs
 _sites = {}      # (id(code object), instruction offset) -> 'file:line'
 _lines = {}      # (file, line) -> 'file:line': one string per line, not one per node
 
 
-def _is_own(code):
-    own = _own_code.get(id(code))  # by id: a code object hashes its whole contents each time
-    if own is None:
-        own = _own_code[id(code)] = (os.path.abspath(code.co_filename).startswith(_OWN_DIRS), code)
-    return own[0]
-
-
 def user_src():
-    """'file:line' of the innermost frame outside burjit (and outside numpy). Keyed by the call
-    site's code and instruction offset: a frame's f_lineno is computed from the line table on
-    each read."""
+    """'file:line' of the innermost frame outside burjit (and outside numpy). Code objects are
+    told apart by id, in two sets (a code object hashes its whole contents each time; a call
+    per frame would cost more than the walk); the call site by its code and instruction offset
+    (a frame's f_lineno is computed from the line table on each read)."""
     f = sys._getframe(1)
     while f is not None:
         code = f.f_code
-        if not _is_own(code):
-            site = (id(code), f.f_lasti)
-            src = _sites.get(site)
-            if src is None:
-                line = (code.co_filename, f.f_lineno)
-                src = _sites[site] = _lines.setdefault(line, f"{line[0]}:{line[1]}")
-            return src
-        f = f.f_back
+        k = id(code)
+        if k not in _user_ids:
+            if k in _own_ids:
+                f = f.f_back
+                continue
+            _known_code.append(code)
+            if os.path.abspath(code.co_filename).startswith(_OWN_DIRS):
+                _own_ids.add(k)
+                f = f.f_back
+                continue
+            _user_ids.add(k)
+        site = (k, f.f_lasti)
+        src = _sites.get(site)
+        if src is None:
+            line = (code.co_filename, f.f_lineno)
+            src = _sites[site] = _lines.setdefault(line, f"{line[0]}:{line[1]}")
+        return src
     return "<unknown>"
 
 
