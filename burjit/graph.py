@@ -172,6 +172,9 @@ class Graph:
             head = f"  %{n}:{self.type_str(n)} = {a['op']}" + (f"[{attrs}]" if attrs else "")
             tail = f"  # group {group[n]}" if n in group else ""
             lines.append(f"{head} {ops}".rstrip() + tail)
+            for v in a["attrs"].values():  # a loop's body (burjit/control.py), indented below it
+                if isinstance(getattr(v, "graph", None), Graph):
+                    lines += ["      " + line for line in str(v.graph).splitlines()]
         lines.append("  in (" + ", ".join(f"%{o}" for o in self.outputs) + ") }")
         return "\n".join(lines)
 
@@ -221,6 +224,8 @@ def _fmt(v):
         return f"array{list(v.shape)}"
     if isinstance(v, Literal):
         return f"array{list(v.array.shape)}"
+    if isinstance(getattr(v, "graph", None), Graph):
+        return str(v)
     return repr(v)
 
 

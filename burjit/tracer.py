@@ -72,9 +72,32 @@ class Trace:
     `regions`: the open scalar region of each float dtype (region.py); `tier` as compile() got it;
     `src`, when set, the file:line new nodes get (grad sets it to the line of the op it differentiates)."""
 
-    def __init__(self, tier="auto"):
+    def __init__(self, tier="auto", parent=None):
         self.graph = Graph()
         self.regions, self.tier, self.src = {}, tier, None
+        self.parent = parent  # a loop body's trace: the trace its loop is in (control.py)
+        self.captured = {}    # outer node -> this trace's input for it, in the order read
+
+    def own(self, t):
+        """t as a value of this trace: itself, or, in a loop body, the body's input standing for a
+        value of an enclosing trace (captured once, becoming an operand of the loop node)."""
+        if t.trace is self:
+            return t
+        outer = self.parent.own(t) if self.parent is not None and _encloses(self.parent, t.trace) else None
+        if outer is None:
+            raise TracingError(f"{describe(user_src())}\n  a traced value from another (finished) trace was used; "
+                               "do not keep traced values in globals between steps")
+        inner = self.captured.get(outer.node)
+        if inner is None:
+            inner = self.captured[outer.node] = self.input(outer.shape, outer.dtype)
+        return inner
+
+    def input(self, shape, dtype):
+        """A new input of this trace's graph, the next in order."""
+        g = self.graph
+        node = g.add("input", [], shape, dtype, {"index": len(g.inputs), "shape": tuple(shape), "dtype": dtype})
+        g.inputs.append(node)
+        return Tracer(self, node, tuple(shape), dtype)
 
     def __enter__(self):
         _stack().append(self)
@@ -85,6 +108,12 @@ class Trace:
         for n, a in self.graph.nx.nodes(data=True):  # region nodes: their recording state goes
             if a["op"] == "region":
                 a["attrs"]["region"].seal()
+
+
+def _encloses(trace, other):
+    while trace is not None and trace is not other:
+        trace = trace.parent
+    return trace is not None
 
 
 def _stack():
@@ -105,8 +134,8 @@ def bind(op, operands, **attrs):
         raise TracingError(f"{op}: traced ops need an active burjit trace (use burjit.compile)")
     for o in operands:
         if o.trace is not trace:
-            raise TracingError(f"{describe(user_src())}\n  a traced value from another (finished) trace was used; "
-                               "do not keep traced values in globals between steps")
+            operands = [trace.own(o) for o in operands]
+            break
     # a scalar constant recorded in a region never fails: it skips the frame walk (a third of a
     # scalar op's cost); a constant that becomes a node takes its line below
     src = trace.src or (None if op == "const" else user_src())
@@ -188,7 +217,8 @@ class Tracer:
     def _refuse(self, what):
         raise TracingError(
             f"{describe(user_src())}\n  {what} of a traced value: its value is not known while tracing. "
-            "Use burjit.ops.where / maximum / minimum instead of Python control flow on traced values.")
+            "Use burjit.ops.where / maximum / minimum instead of Python control flow on traced values, "
+            "and burjit.fori_loop / scan (fixed trip counts) instead of Python loops over them.")
 
     def __bool__(self):
         self._refuse("bool()")

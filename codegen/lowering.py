@@ -36,6 +36,7 @@ from burjit import primitives as P
 from burjit.passes.memplan import ALIGN
 
 from . import abi, kernels, loops, tape
+from . import bodies as loop_bodies
 from .emitter import Emitter
 from .matmul import matmul
 from .program import Program, running_totals
@@ -52,17 +53,20 @@ def _align(n):
 
 
 class Lowering:
-    def __init__(self, graph, poison=False, offsets=None):
+    def __init__(self, graph, poison=False, offsets=None, bodies=None):
         self.graph, self.poison, self.offsets = graph, poison, offsets
+        self.bodies = bodies or {}  # loop node -> its body's Lowering (bodies.py)
         self.plan = graph.meta["memory"]
         self.schedule = graph.meta["schedule"]
         self.n_in, self.n_out = len(graph.inputs), len(graph.outputs)
         self.arena_slot = self.n_in + self.n_out
-        self.errors = []         # (node, axis size, input position of the index operand or None)
+        self.errors = []         # (node, axis size, input position of the index operand or None),
+                                 # or (loop node, its body's error code, "loop")
         self.static_error = None  # an IndexError message if a constant index is out of range
         self.backup = []         # donated input positions to restore when a computed index fails
         self._checks, self._fallible = [], {}
         self.kernels = self.calls = None  # once module() ran: symbol -> IR text; symbol -> calls
+        self.loop_errors = {}    # loop node -> the code of its body's first error here
         self._classify_indices()
         self.copies, staged_end = self._final_copies()
         self.scratch = ("arg", self.arena_slot, staged_end)  # float64 running totals of a float32 sum (program.py)
@@ -73,13 +77,19 @@ class Lowering:
         self.tapes = self._tapes()  # group index -> Tape, for the 0-d groups the tape tier runs
         self.tape_offset = self.status_offset + ALIGN
         self.tape_bytes = _align(max((t.registers * tape.REGISTER for t in self.tapes.values()), default=0))
-        # then two pointers per tape, to its records and its runs, which the executable writes
-        # once (not poisoned)
-        self.records_offset = self.tape_offset + self.tape_bytes
+        # then each loop's argv for its body and the index it passes
+        self.loop_argv, at = {}, self.tape_offset + self.tape_bytes
+        for n, body in self.bodies.items():
+            self.loop_argv[n], at = at, at + loop_bodies.argv_bytes(body)
+        # then two pointers per tape, to its records and its runs, and per loop, to its body's
+        # step and arena, which the executable writes once (not poisoned)
+        self.records_offset = _align(at)
         self.record_slots = {gi: self.records_offset + 16 * k for k, gi in enumerate(sorted(self.tapes))}
+        at = self.records_offset + 16 * len(self.tapes)
+        self.loop_slots = {n: at + 16 * k for k, n in enumerate(self.bodies)}
         # then, per input, the addresses of its dtype and numpy scalar type, which the entry
         # checks inputs against (process-local: written by the executable, never baked in)
-        self.expect_offset = self.records_offset + 16 * len(self.tapes)
+        self.expect_offset = at + 16 * len(self.bodies)
         self.arena_bytes = self.expect_offset + 16 * self.n_in
 
     # -- buffers --------------------------------------------------------------------------------
@@ -131,6 +141,14 @@ class Lowering:
                     self._checks.append((idx, size, len(self.errors)))
                 else:
                     self._fallible[n] = len(self.errors)
+        for n, body in self.bodies.items():  # a body's error e is this step's loop_errors[n] + e - 1
+            self.static_error = self.static_error or body.static_error
+            if body.errors:
+                self.loop_errors[n] = len(self.errors) + 1
+                self.errors += [(n, e, "loop") for e in range(1, len(body.errors) + 1)]
+                self._fallible[n] = self.loop_errors[n]
+            else:
+                self.loop_errors[n] = 1  # never returned: the body cannot fail
         if self._fallible:
             self.backup = sorted({loc[1] for n, loc in self.plan.location.items()
                                   if loc[0] == "input" and g[n]["op"] != "input"})
@@ -451,6 +469,8 @@ class Lowering:
         kind = P.PRIMITIVES[a["op"]].kind
         if gi in self.tapes:
             self._run_tape(b, gi, self.tapes[gi])
+        elif kind == "loop":
+            loop_bodies.emit(self, b, head)
         elif self._plain(group):
             self._run(b, [self._programs.pop(gi, None) or self._plain_program(group)])
         elif reduce:

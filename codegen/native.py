@@ -46,12 +46,15 @@ _STEP = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)  # holds the GIL: cal
 
 
 class NativeExecutable:
-    def __init__(self, graph):
+    def __init__(self, graph, entry=True):
+        """entry=False for a loop body, which only its loop calls: no Python entry is built."""
         with collector_paused():  # plain data until IR emission (a tape's records, say)
             self.graph = graph = pipeline.prepare(graph)
+            self.bodies = {n: NativeExecutable(_body_graph(graph, n), entry=False) for n in _loops(graph)}
             self.lowering = low = Lowering(graph, poison=os.environ.get("BURJIT_POISON_ARENA") == "1",
-                                           offsets=abi.OFFSETS)
-            self.key = cache.key(_key_parts(graph, low))
+                                           offsets=abi.OFFSETS if entry else None,
+                                           bodies={n: b.lowering for n, b in self.bodies.items()})
+            self.key = cache.key((*_key_parts(graph, low), [b.key for b in self.bodies.values()]))
         self._ir = {}
         symbols = (SYMBOL, ENTRY) if low.offsets else (SYMBOL,)
         found = objects.cached_step(self.key, symbols)
@@ -95,6 +98,9 @@ class NativeExecutable:
         self._argv[low.arena_slot] = self._arena.ctypes.data
         for gi, at in low.record_slots.items():  # the tapes' records and runs: arrays the lowering keeps alive
             self._arena[at:at + 16].view(np.uint64)[:] = low.tapes[gi].records.ctypes.data, low.tapes[gi].runs.ctypes.data
+        for n, at in low.loop_slots.items():  # each loop's body: its step and its arena (bodies.py)
+            body = self.bodies[n]
+            self._arena[at:at + 16].view(np.uint64)[:] = body._loaded.addresses[SYMBOL], body._arena.ctypes.data
         self._status = self._arena[low.status_offset:low.status_offset + 4].view(np.int32)
         kinds = [np.dtype(g[n]["dtype"]) for n in g.inputs]  # the entry checks inputs against these
         self._arena[low.expect_offset:low.arena_bytes].view(np.uint64)[:] = [v for d in kinds for v in (id(d), id(d.type))]
@@ -133,7 +139,9 @@ class NativeExecutable:
         node, size, k = self.lowering.errors[rc - 1]
         a = self.graph[node]
         where = f"{a['op']} at {a['src']}" if a.get("src") else a["op"]
-        if k is not None:
+        if k == "loop":  # error `size` of the loop's body, whose inputs Python never sees
+            return f"{self.bodies[node]._message(size, None)}, in the loop at {a['src']}"
+        if k is not None and inputs is not None:
             idx = np.asarray(inputs[k]).ravel()
             bad = idx[(idx < 0) | (idx >= size)]
             if bad.size:
@@ -177,15 +185,18 @@ class NativeExecutable:
         those were compiled for this step; under "per_kernel", each function's symbol, calls,
         object bytes, compile seconds and source ("compiled", or cached in "memory" or on "disk");
         under "tapes", each scalar group run on the tape tier (its group, records, runs of one
-        opcode or None if dispatched per record, records that are fused pairs, registers)."""
-        return dict(self._stats, per_kernel=[dict(k) for k in self._kernels])
+        opcode or None if dispatched per record, records that are fused pairs, registers); under
+        "bodies", each loop node's body's own stats (it is built as a step of its own)."""
+        return dict(self._stats, per_kernel=[dict(k) for k in self._kernels],
+                    bodies={n: b.stats() for n, b in self.bodies.items()})
 
     def memory_plan(self):
         plan, low = self.graph.meta["memory"], self.lowering
         report = dict(plan.report())
         report.update(arena_allocated=low.arena_bytes, staging_bytes=low.staging_bytes, scratch_bytes=low.scratch_bytes,
                       tape_bytes=low.tape_bytes,
-                      kernels=len(self.graph.meta["schedule"]), locations=dict(plan.location))
+                      kernels=len(self.graph.meta["schedule"]), locations=dict(plan.location),
+                      bodies={n: b.memory_plan() for n, b in self.bodies.items()})  # arenas every iteration reuses
         return report
 
     def dump(self, directory):
@@ -250,6 +261,17 @@ def _key_parts(graph, low):
     return (graph.fingerprint(), [tuple(g) for g in graph.meta["schedule"]], sorted(plan.location.items()),
             plan.arena_bytes, literals, low.poison, low.offsets, graph.meta.get("donated"),
             [(gi, t.per_run, t.table) for gi, t in sorted(low.tapes.items())], engine.host_identity())
+
+
+def _loops(graph):
+    return [n for n, a in graph.nx._node.items() if a["op"] == "loop"] if graph.meta.get("loops") else []
+
+
+def _body_graph(graph, node):
+    """The body graph of loop `node`, under the poison and tier settings of the step it is in."""
+    body = graph[node]["attrs"]["body"].graph
+    body.meta.setdefault("tier", graph.meta.get("tier"))
+    return body
 
 
 def build(graph):

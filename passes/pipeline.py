@@ -7,7 +7,8 @@
 Each is Graph -> Graph, pure, and correct without the others. `run(graph, names)` applies
 the named passes in pipeline order; BURJIT_DISABLE_PASSES (comma-separated names) turns
 passes off for debugging without touching code; `prepare` fills in the plain schedule and
-the naive plan that codegen needs when those passes were off.
+the naive plan that codegen needs when those passes were off. Loop bodies go through the same
+passes as the graph their loop is in.
 """
 
 import os
@@ -39,4 +40,8 @@ def run(graph, names=None):
     for name, fn in PASSES.items():
         if name in names and name not in off:
             graph = fn(graph)
+    if graph.meta.get("loops"):  # a loop body (burjit/control.py) is a graph: the same passes run on it
+        for a in graph.nx._node.values():
+            if a["op"] == "loop":
+                a["attrs"] = {**a["attrs"], "body": a["attrs"]["body"].with_graph(run(a["attrs"]["body"].graph, names))}
     return graph

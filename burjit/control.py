@@ -1,0 +1,182 @@
+"""Loops traced once: `scan` and `fori_loop` (JAX's semantics), each one `loop` node whose body is a graph.
+
+The body is traced once, in a Trace of its own nested in the step's (tracer.Trace.own). Its
+graph's inputs are the carry leaves, the iteration index (int64, 0-d: `lower + i` for
+fori_loop), one row of each `xs` leaf, then each outer value the body reads (captured as it is
+read); its outputs are the new carry leaves (aliased to the carry inputs, so the body updates
+the carry in place) and then each `y` leaf. The loop node's operands are the initial carry, the
+xs leaves and the captures; its value is one vector of the carry's dtype holding the final carry
+leaves and then each stacked y (`length` rows), unpacked with slice + reshape. Backends run the
+body `length` times over that vector: the reference evaluates the body graph per iteration,
+native compiles it as a step of its own and calls it from a loop in the driver (lowering.py).
+"""
+
+import math
+
+import numpy as np
+
+from . import primitives as P
+from . import pytree
+from .errors import TracingError
+from .tracer import Trace, Tracer, bind, current_trace, describe, lift, user_src
+
+
+class Body:
+    """A loop body: its graph and how the loop node's operands and value map onto it."""
+
+    def __init__(self, graph, length, start, reverse, n_carry, n_xs, dtype, leaves, src):
+        self.graph, self.length, self.start, self.reverse = graph, length, start, reverse
+        self.n_carry, self.n_xs, self.dtype, self.src = n_carry, n_xs, dtype, src
+        self.leaves = leaves  # per output leaf (carry, then ys): (offset, shape) in the loop's vector
+        self.size = sum(math.prod(s) for _, s in leaves)
+        self.key = (graph.fingerprint(), length, start, reverse, n_carry, n_xs, dtype, tuple(leaves))
+
+    def __repr__(self):  # what graph.fingerprint hashes: the body's content, not its identity
+        return f"Body{self.key!r}"
+
+    def __str__(self):  # step.graph() prints the body's graph below the loop
+        return f"body(length={self.length}, start={self.start}, reverse={self.reverse})"
+
+    def __eq__(self, other):
+        return type(other) is Body and other.key == self.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def with_graph(self, graph):
+        """This body with its graph replaced (by the passes' result: same values, same key)."""
+        other = object.__new__(Body)
+        other.__dict__.update(self.__dict__, graph=graph)
+        return other
+
+    def iteration(self, k):
+        """The row of xs and ys that step k (0, 1, ...) of the loop reads and writes."""
+        return self.length - 1 - k if self.reverse else k
+
+
+def scan(f, init, xs=None, length=None, reverse=False):
+    """Like jax.lax.scan: `f(carry, x) -> (carry, y)` over the rows of `xs` (a pytree of arrays
+    sharing their leading axis), returning (final carry, ys stacked along a new axis 0). With
+    xs=None, `length` steps with x = None. The carry keeps its structure, shapes and dtypes."""
+    return _loop(lambda i, c, x: f(c, x), init, xs, length, reverse, 0, user_src(), "scan")
+
+
+def fori_loop(lower, upper, body_fun, init_val):
+    """Like jax.lax.fori_loop: `body_fun(i, val) -> val` for i in range(lower, upper), Python
+    int bounds (a loop whose trip count is traced is not supported)."""
+    src = user_src()
+    for name, v in (("lower", lower), ("upper", upper)):
+        if isinstance(v, Tracer) or not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            raise TracingError(f"{describe(src)}\n  fori_loop: {name} must be a Python int, got "
+                               f"{'a traced value' if isinstance(v, Tracer) else type(v).__name__}; "
+                               "the number of iterations is fixed when the step is compiled")
+    carry, _ = _loop(lambda i, c, x: (body_fun(i, c), None), init_val, None, max(int(upper) - int(lower), 0),
+                     False, int(lower), src, "fori_loop")
+    return carry
+
+
+def _loop(f, init, xs, length, reverse, start, src, name):
+    outer = current_trace()
+    if outer is None:
+        raise TracingError(f"{describe(src)}\n  {name}: needs an active burjit trace (use it inside burjit.compile)")
+    init_leaves, init_td = pytree.flatten(init)
+    carry0 = [lift(x) for x in init_leaves]
+    xs_leaves, xs_td = pytree.flatten(xs)
+    xs0 = [lift(x) for x in xs_leaves]
+    length = _length(xs0, length, src, name)
+    with Trace(outer.tier, parent=outer) as body:
+        carry = [body.input(t.shape, t.dtype) for t in carry0]
+        index = body.input((), "int64")
+        rows = [body.input(x.shape[1:], x.dtype) for x in xs0]
+        out = f(index, pytree.unflatten(init_td, carry), None if xs is None else pytree.unflatten(xs_td, rows))
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TracingError(f"{describe(src)}\n  {name}: the body must return (carry, y), got a {type(out).__name__}")
+        new_leaves, new_td = pytree.flatten(out[0])
+        y_leaves, _ = pytree.flatten(out[1])
+        new = [body.own(lift(x)) for x in new_leaves]
+        ys = [body.own(lift(y)) for y in y_leaves]
+        _check_carry(init_td, carry0, new_td, new, src, name)
+        body.graph.outputs = [t.node for t in new + ys]
+    body.graph.aliases = {j: j for j in range(len(carry))}
+    body.graph.meta.update(donated=list(range(len(carry))), tier=outer.tier)
+    captures = list(body.captured)
+    dtypes = {t.dtype for t in carry0 + ys}
+    if len(dtypes) > 1:
+        raise TracingError(f"{describe(src)}\n  {name}: the carry and the outputs of a loop must share one dtype "
+                           f"for now; they have {', '.join(sorted(dtypes))}")
+    dtype = dtypes.pop() if dtypes else "float64"
+    shapes = [t.shape for t in carry0] + [(length,) + y.shape for y in ys]
+    offsets = np.cumsum([0] + [math.prod(s) for s in shapes]).tolist()
+    spec = Body(body.graph, length, start, reverse, len(carry0), len(xs0), dtype,
+                list(zip(offsets, shapes)), src)
+    operands = [t.node for t in carry0 + xs0] + captures
+    graph = outer.graph
+    node = graph.add("loop", operands, (spec.size,), dtype, {"body": spec}, src)
+    graph.meta["loops"] = True
+    vec = Tracer(outer, node, (spec.size,), dtype)
+    leaves = [_unpack(vec, off, shape) for off, shape in spec.leaves]
+    carry_out = pytree.unflatten(init_td, leaves[:len(carry0)])
+    return carry_out, pytree.unflatten(pytree.flatten(out[1])[1], leaves[len(carry0):])
+
+
+def _length(xs0, length, src, name):
+    lengths = sorted({x.shape[0] for x in xs0 if x.ndim})
+    if any(x.ndim == 0 for x in xs0):
+        raise TracingError(f"{describe(src)}\n  {name}: every leaf of xs needs a leading axis to scan over; one is 0-d")
+    if len(lengths) > 1 or (lengths and length is not None and int(length) != lengths[0]):
+        got = ", ".join(map(str, lengths + ([int(length)] if length is not None else [])))
+        raise TracingError(f"{describe(src)}\n  {name}: the leaves of xs (and length) disagree on the number of "
+                           f"iterations: {got}")
+    if length is None and not lengths:
+        raise TracingError(f"{describe(src)}\n  {name}: with no xs, give length")
+    n = lengths[0] if lengths else int(length)
+    if n < 0:
+        raise TracingError(f"{describe(src)}\n  {name}: length must be >= 0, got {n}")
+    return n
+
+
+def _check_carry(init_td, carry0, new_td, new, src, name):
+    if new_td != init_td:
+        raise TracingError(f"{describe(src)}\n  {name}: the body returned a carry of another structure than it "
+                           f"was given: {new_td} vs {init_td}")
+    for k, (a, b) in enumerate(zip(carry0, new)):
+        if (a.shape, a.dtype) != (b.shape, b.dtype):
+            raise TracingError(f"{describe(src)}\n  {name}: carry leaf {k} enters the body as {a.dtype}{list(a.shape)} "
+                               f"and leaves it as {b.dtype}{list(b.shape)}; a carry keeps its shape and dtype")
+
+
+def _unpack(vec, off, shape):
+    from . import ops as F
+    size = math.prod(shape)
+    return F.reshape(bind("slice", [vec], starts=(off,), steps=(1,), shape=(size,)), shape)
+
+
+# -- the `loop` primitive -------------------------------------------------------------------------
+
+def _infer(avals, attrs):
+    body = attrs["body"]
+    return (body.size,), body.dtype
+
+
+def evaluate(*operands, body):
+    """The reference: the body graph evaluated once per iteration with numpy."""
+    from .reference import evaluate as run
+    nc, nx = body.n_carry, body.n_xs
+    carry, xs, captures = list(operands[:nc]), operands[nc:nc + nx], list(operands[nc + nx:])
+    ys = [np.empty(shape, body.dtype) for _, shape in body.leaves[nc:]]
+    for k in range(body.length):
+        i = body.iteration(k)
+        outs = run(body.graph, carry + [np.int64(body.start + i)] + [x[i] for x in xs] + captures)
+        carry = outs[:nc]
+        for y, row in zip(ys, outs[nc:]):
+            y[i] = row
+    return np.concatenate([np.ravel(a).astype(body.dtype) for a in carry + ys]) if carry or ys \
+        else np.empty(0, body.dtype)
+
+
+def _vjp(F, g, out, xs, needs, attrs):
+    raise TracingError(f"{describe(attrs['body'].src)}\n  gradients through a loop (scan / fori_loop) are not "
+                       "supported yet; differentiate inside the loop body instead")
+
+
+P._register(P.Primitive("loop", "loop", _infer, evaluate, _vjp))

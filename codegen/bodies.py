@@ -1,0 +1,92 @@
+"""Loop nodes (burjit/control.py) in the driver: the body is a step of its own, called once per iteration.
+
+native.py builds each loop body as a NativeExecutable (its own passes, plan, kernels and arena)
+and writes the address of its step function and of its arena into this step's arena
+(`Lowering.loop_slots`), so the driver's object code holds no process address and caches like
+any other. The driver copies the initial carry into the loop node's vector, points the body's
+argv at it (carry inputs and outputs alike: the body updates its carry in place, graph.aliases),
+at the index and at each capture, then per iteration stores the index, points argv at row i of
+each xs and ys leaf and calls the body; a nonzero code from the body (an index out of range)
+returns at once, as `Lowering.errors` maps it.
+"""
+
+import math
+
+from llvmlite import ir
+
+from burjit.primitives import ITEMSIZE
+
+from .types import I32, I64
+
+PTR = ir.PointerType()
+STEP = ir.FunctionType(I32, [PTR])  # a step: i32 burjit_step(ptr argv)
+
+
+class _Step(ir.LoadInstr):
+    """A body's step address loaded from the arena: llvmlite takes an indirect callee's type
+    from the callee value, which for an opaque pointer it cannot know."""
+    function_type = STEP
+
+
+def argv_bytes(body):
+    """Arena bytes a loop needs for its body's argv and the index it passes."""
+    return 8 * (body.arena_slot + 1) + 8
+
+
+def emit(low, b, node):
+    """The driver code of loop node `node` of Lowering `low`, at builder b."""
+    g, spec, body = low.graph, low.graph[node]["attrs"]["body"], low.bodies[node]
+    size = ITEMSIZE[spec.dtype]
+    vec = low._main_ptr(b, low.ref(node))
+    operands = g.operands(node)
+    nc, nx = spec.n_carry, spec.n_xs
+    argv = low._main_ptr(b, ("arg", low.arena_slot, low.loop_argv[node]))
+    index = b.gep(argv, [I64(8 * (body.arena_slot + 1))], source_etype=ir.IntType(8))
+
+    def at(p, k):
+        return b.gep(p, [I64(k)], source_etype=ir.IntType(8)) if k else p
+
+    def put(k, ptr):
+        b.store(ptr, b.gep(argv, [I64(k)], source_etype=PTR))
+    for k in range(nc):
+        off, _ = spec.leaves[k]
+        carry = at(vec, off * size)
+        low._memcpy(b, carry, low._main_ptr(b, low.ref(operands[k])), g.nbytes(operands[k]))
+        put(k, carry)
+        put(body.n_in + k, carry)
+    put(nc, index)
+    for c, operand in enumerate(operands[nc + nx:]):
+        put(nc + 1 + nx + c, low._main_ptr(b, low.ref(operand)))
+    slots = low._main_ptr(b, ("arg", low.arena_slot, low.loop_slots[node]))
+    step = b.load(slots, typ=PTR)
+    step.__class__ = _Step
+    put(body.arena_slot, b.load(b.gep(slots, [I64(8)], source_etype=ir.IntType(8)), typ=PTR))
+    if not spec.length:
+        return
+    xs = [(low._main_ptr(b, low.ref(x)), g.nbytes(x) // spec.length) for x in operands[nc:nc + nx]]
+    ys = [(at(vec, off * size), size * math.prod(shape[1:])) for off, shape in spec.leaves[nc:]]
+    fn = b.function
+    start, loop, done = b.block, fn.append_basic_block("loop"), fn.append_basic_block("loop_done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    k = b.phi(I64)
+    k.add_incoming(I64(0), start)
+    i = b.sub(I64(spec.length - 1), k) if spec.reverse else k
+    b.store(b.add(i, I64(spec.start)), index)
+    for j, (base, row) in enumerate(xs):
+        put(nc + 1 + j, b.gep(base, [b.mul(i, I64(row))], source_etype=ir.IntType(8)))
+    for j, (base, row) in enumerate(ys):
+        put(body.n_in + nc + j, b.gep(base, [b.mul(i, I64(row))], source_etype=ir.IntType(8)))
+    rc = b.call(step, [argv])
+    code = low.loop_errors[node]
+    failed = b.icmp_unsigned("!=", rc, I32(0))
+    bad, ok = fn.append_basic_block("loop_failed"), fn.append_basic_block("loop_next")
+    b.cbranch(failed, bad, ok)
+    b.position_at_end(bad)
+    b.ret(b.add(rc, I32(code - 1)))  # body error e is this step's error code + e - 1
+    b.position_at_end(ok)
+    more = b.add(k, I64(1))
+    k.add_incoming(more, ok)
+    b.cbranch(b.icmp_unsigned("<", more, I64(spec.length)), loop, done)
+    b.position_at_end(done)
+

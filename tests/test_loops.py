@@ -1,0 +1,167 @@
+"""Loops traced once (burjit/control.py): values against plain Python loops on every backend and
+tier, training steps inside a body, and the errors that name the user's line."""
+
+import numpy as np
+import pytest
+
+import burjit
+from burjit import ops as F
+
+TIERS = ("straight", "tape")
+
+
+def _close(a, b):
+    for x, y in zip(_leaves(a), _leaves(b), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
+
+
+def _leaves(tree):
+    if isinstance(tree, (tuple, list)):
+        return [leaf for t in tree for leaf in _leaves(t)]
+    if isinstance(tree, dict):
+        return [leaf for k in sorted(tree) for leaf in _leaves(tree[k])]
+    return [np.asarray(tree)]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_fori_loop_tuple_carry_matches_python(backend, tier):
+    def f(a, b):
+        def body(i, c):
+            x, y = c
+            return x * 0.5 + y, y + F.astype(i, "float64") * a
+        return burjit.fori_loop(2, 7, body, (a, b))
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0])
+    x, y = a.copy(), b.copy()
+    for i in range(2, 7):
+        x, y = x * 0.5 + y, y + i * a
+    _close(burjit.compile(f, backend=backend, tier=tier)(a, b), (x, y))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("tier", TIERS)
+def test_scan_stacks_outputs_and_reads_captured_values(backend, tier, reverse):
+    def f(w, xs):
+        def body(c, x):  # w is read from the enclosing step: captured once, an operand of the loop
+            c2 = F.tanh(c * w + x["u"]) - x["v"]
+            return c2, (c2 * 2.0, F.sum(c2))
+        return burjit.scan(body, w * 0.0, xs, reverse=reverse)
+    w = np.array([0.3, -0.7, 1.1])
+    xs = {"u": np.arange(12.0).reshape(4, 3) / 10, "v": np.linspace(0, 1, 12).reshape(4, 3)}
+    c, ys, sums = np.zeros(3), [None] * 4, [None] * 4
+    for i in (reversed(range(4)) if reverse else range(4)):
+        c = np.tanh(c * w + xs["u"][i]) - xs["v"][i]
+        ys[i], sums[i] = c * 2.0, c.sum()
+    _close(burjit.compile(f, backend=backend, tier=tier)(w, xs), (c, (np.stack(ys), np.array(sums))))
+
+
+def test_scan_without_xs_nested_loops_and_zero_trips(backend):
+    def f(x):
+        def body(c, _):
+            return burjit.fori_loop(0, 3, lambda i, d: d * 1.5 + 1.0, c), F.sum(c)
+        out, sums = burjit.scan(body, x, None, length=4)
+        return out, sums, burjit.fori_loop(5, 5, lambda i, c: c * 0.0, x)
+    x = np.array([0.25, -2.0])
+    c, sums = x.copy(), []
+    for _ in range(4):
+        sums.append(c.sum())
+        for _ in range(3):
+            c = c * 1.5 + 1.0
+    _close(burjit.compile(f, backend=backend)(x), (c, np.array(sums), x))
+
+
+def _model(p, x, y):
+    h = F.tanh(x @ p["w1"] + p["b1"])
+    return F.mean((h @ p["w2"] - y) ** 2)
+
+
+def _params(rng):
+    return {"w1": rng.normal(size=(3, 8)), "b1": np.zeros(8), "w2": rng.normal(size=(8, 1))}
+
+
+def _sgd(p, x, y):
+    loss, g = burjit.value_and_grad(_model)(p, x, y)
+    return {k: p[k] - 0.1 * g[k] for k in p}, loss
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_epoch_of_training_steps_in_one_call_matches_one_call_per_step(backend, tier):
+    """value_and_grad + SGD per minibatch inside scan, the parameters donated: the same
+    parameters and losses as one compiled step per minibatch."""
+    rng = np.random.default_rng(0)
+    xs, ys = rng.normal(size=(6, 5, 3)), rng.normal(size=(6, 5, 1))
+    epoch = burjit.compile(lambda p, xs, ys: burjit.scan(lambda p, b: _sgd(p, *b), p, (xs, ys)),
+                           backend=backend, tier=tier, donate_argnums=0)
+    step = burjit.compile(_sgd, backend=backend, tier=tier, donate_argnums=0)
+    p, losses = _params(rng), []
+    q = {k: v.copy() for k, v in p.items()}
+    for x, y in zip(xs, ys):
+        p, loss = step(p, x, y)
+        losses.append(loss)
+    q, q_losses = epoch(q, xs, ys)
+    _close((q, q_losses), (p, np.array(losses)))
+    assert losses[-1] < losses[0]
+
+
+def test_an_index_out_of_range_in_a_body_raises_and_changes_no_parameter():
+    def f(p, idx):
+        def body(p, i):
+            row = F.take(p["table"], i)
+            return {"table": p["table"] * 0.5, "acc": p["acc"] + row}, F.sum(row)
+        return burjit.scan(body, p, idx)
+    step = burjit.compile(f, donate_argnums=0)
+    p = {"table": np.arange(6.0).reshape(3, 2), "acc": np.zeros(2)}
+    before = {k: v.copy() for k, v in p.items()}
+    good, _ = step(p, np.array([0, 2, 1]))
+    p = {k: v.copy() for k, v in before.items()}
+    with pytest.raises(IndexError, match=r"out of range.*in the loop at .*test_loops.py"):
+        step(p, np.array([0, 1, 5]))
+    _close(p, before)
+    np.testing.assert_allclose(good["acc"], [0 + 2.0 + 0.5, 1 + 2.5 + 0.75])  # the table halves per row read
+
+
+def test_poisoned_arena_gives_the_same_values(monkeypatch):
+    monkeypatch.setenv("BURJIT_POISON_ARENA", "1")
+    rng = np.random.default_rng(1)
+    xs, ys = rng.normal(size=(3, 4, 3)), rng.normal(size=(3, 4, 1))
+    fn = lambda p, xs, ys: burjit.scan(lambda p, b: _sgd(p, *b), p, (xs, ys))  # noqa: E731
+    p = _params(rng)
+    _close(burjit.compile(fn)(p, xs, ys), burjit.compile(fn, backend="reference")(p, xs, ys))
+
+
+def _error(fn, *args, match):
+    with pytest.raises(burjit.TracingError, match=match) as e:
+        burjit.compile(fn)(*args)
+    assert "test_loops.py" in str(e.value)
+    return str(e.value)
+
+
+def test_carry_that_changes_shape_or_dtype_names_the_line():
+    x = np.ones(3)
+    _error(lambda x: burjit.fori_loop(0, 2, lambda i, c: F.sum(c), x), x, match=r"carry leaf 0 .*float64\[3\].*\[\]")
+    _error(lambda x: burjit.fori_loop(0, 2, lambda i, c: F.astype(c, "float32"), x), x,
+           match="keeps its shape and dtype")
+    _error(lambda x: burjit.fori_loop(0, 2, lambda i, c: (c, c), x), x, match="another structure")
+
+
+def test_bad_loop_arguments_name_the_line():
+    x = np.ones(3)
+    _error(lambda x, n: burjit.fori_loop(0, n, lambda i, c: c, x), x, np.int64(3), match="upper must be a Python int")
+    _error(lambda x: burjit.scan(lambda c, r: (c, r), x, (np.ones((2, 3)), np.ones((3, 3)))), x,
+           match="disagree on the number of iterations: 2, 3")
+    _error(lambda x: burjit.scan(lambda c, r: (c, r), x, np.ones((2, 3)), length=5), x, match="2, 5")
+    _error(lambda x: burjit.scan(lambda c, r: (c, r), x), x, match="give length")
+    _error(lambda x: burjit.scan(lambda c, r: c, x, length=2), x, match=r"must return \(carry, y\)")
+
+
+def test_python_loop_over_a_traced_bound_points_to_fori_loop():
+    def f(x, n):
+        for _ in range(n):
+            x = x * 2.0
+        return x
+    _error(f, np.ones(2), np.int64(3), match="fori_loop")
+
+
+def test_gradients_through_a_loop_say_they_are_not_supported_yet():
+    def f(x):
+        return F.sum(burjit.fori_loop(0, 3, lambda i, c: c * c, x))
+    _error(burjit.grad(f), np.ones(2), match="gradients through a loop")
