@@ -7,6 +7,7 @@ Registers the "native" backend, which becomes the default of @burjit.compile. Th
   program.py   per-element kernels: fused elementwise groups, reductions with prologues
   loops.py     loop nests and the affine index maps every data movement reduces to
   kernels.py   gather, scatter_add, pad, concatenate
+  bodies.py    loop nodes: the native loop that calls a loop body's own step
   tape.py      the tape tier: large scalar programs as records run by an interpreter kernel
   matmul.py    register-blocked, vectorised matrix product
   emitter.py   the scalar emitter of primitives' `scalar` lowerings; mathfns.py its exp/log/log1p/tanh
