@@ -2,8 +2,8 @@
 
 import json
 
-COLUMNS = ("workload", "framework", "time/step", "x burjit", "loop/step", "overhead/call", "import",
-           "cold compile", "warm compile", "peak RSS", "peak RSS +", "arena", "status")
+COLUMNS = ("workload", "framework", "time/step", "x burjit", "loop/step", "loop compile", "overhead/call",
+           "import", "cold compile", "warm compile", "peak RSS", "peak RSS +", "arena", "status")
 
 
 def _num(v):
@@ -31,7 +31,8 @@ def size(b):
 def cells(r):
     status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('note', '')}"
     return (f"{r['workload']} [{r['dtype']}]", r["framework"], seconds(r.get("step_s")),
-            _num(r["ratio"]) if r.get("ratio") else "-", seconds(r.get("loop_s")), seconds(r.get("overhead_s")),
+            _num(r["ratio"]) if r.get("ratio") else "-", seconds(r.get("loop_s")), seconds(r.get("loop_compile_s")),
+            seconds(r.get("overhead_s")),
             seconds(r.get("import_s")), seconds(r.get("cold_compile_s")), seconds(r.get("warm_compile_s")),
             size(r.get("peak_rss")), size(r.get("peak_rss_delta")), size(r.get("arena_bytes")), status)
 
@@ -69,9 +70,12 @@ METHOD = """\
   step: the Python call of the compiled step with its argument flattening and result wrapping
   (JAX: until `block_until_ready`). x burjit: that time over burjit's, same run (> 1: burjit faster).
 - loop/step: for a framework with a loop of its own, the same timing of k steps inside one call
-  (JAX: `lax.fori_loop` over the training step, or over value-and-gradient with each evaluation
-  reading the last): the per-step cost once the Python call is out of the loop. `-` where the
-  framework has no such loop (burjit has none yet).
+  (JAX and burjit: `fori_loop` over the training step, or over value-and-gradient with each
+  evaluation reading the last): the per-step cost once the Python call is out of the loop. `-`
+  where the framework has no such loop. burjit's trip count is fixed at compile time, so each k
+  is compiled (and run once) before it is timed; JAX's is an argument.
+- loop compile: the first call of that loop with one iteration, in the process that already
+  built the step (so caches of the step's own kernels may serve it): what adding the loop costs.
 - overhead/call: the same timing of a compiled function that takes the step's own arguments and
   returns the step's result structure without arithmetic (training: the donated parameters
   unchanged plus one element; gradients: the input vector plus one element). time/step minus

@@ -1,31 +1,26 @@
 """Loop nodes (burjit/control.py) in the driver: the body is a step of its own, called once per iteration.
 
-native.py builds each loop body as a NativeExecutable (its own passes, plan, kernels and arena)
-and writes the address of its step function and of its arena into this step's arena
-(`Lowering.loop_slots`), so the driver's object code holds no process address and caches like
-any other. The driver copies the initial carry into the loop node's vector, points the body's
-argv at it (carry inputs and outputs alike: the body updates its carry in place, graph.aliases),
-at the index and at each capture, then per iteration stores the index, points argv at row i of
-each xs and ys leaf and calls the body; a nonzero code from the body (an index out of range)
-returns at once, as `Lowering.errors` maps it.
+A loop body is planned and lowered like a step (native.py's _Lowered: its own passes, plan,
+arena and kernels), and its step function is one more kernel of the step it is in: named for a
+hash of its IR text, compiled and cached with the others, called from this step's driver. The
+body's arena is an array of its own, its address written into this step's arena
+(`Lowering.loop_slots`), so no object code holds a process address. The driver copies the initial
+carry into the loop node's vector, points the body's argv at it (carry inputs and outputs alike:
+the body updates its carry in place, graph.aliases), at the index and at each capture, then per
+iteration stores the index, points argv at row i of each xs and ys leaf and calls the body; a
+nonzero code from the body (an index out of range) returns at once, as `Lowering.errors` maps it.
 """
 
+import hashlib
 import math
 
 from llvmlite import ir
 
 from burjit.primitives import ITEMSIZE
 
-from .types import I32, I64
+from .types import I32, I64, declare
 
 PTR = ir.PointerType()
-STEP = ir.FunctionType(I32, [PTR])  # a step: i32 burjit_step(ptr argv)
-
-
-class _Step(ir.LoadInstr):
-    """A body's step address loaded from the arena: llvmlite takes an indirect callee's type
-    from the callee value, which for an opaque pointer it cannot know."""
-    function_type = STEP
 
 
 def argv_bytes(body):
@@ -57,10 +52,8 @@ def emit(low, b, node):
     put(nc, index)
     for c, operand in enumerate(operands[nc + nx:]):
         put(nc + 1 + nx + c, low._main_ptr(b, low.ref(operand)))
-    slots = low._main_ptr(b, ("arg", low.arena_slot, low.loop_slots[node]))
-    step = b.load(slots, typ=PTR)
-    step.__class__ = _Step
-    put(body.arena_slot, b.load(b.gep(slots, [I64(8)], source_etype=ir.IntType(8)), typ=PTR))
+    put(body.arena_slot, b.load(low._main_ptr(b, ("arg", low.arena_slot, low.loop_slots[node])), typ=PTR))
+    step = declare(low.mod, _add_body(low, body), I32, [PTR])
     if not spec.length:
         return
     xs = [(low._main_ptr(b, low.ref(x)), g.nbytes(x) // spec.length) for x in operands[nc:nc + nx]]
@@ -90,3 +83,13 @@ def emit(low, b, node):
     b.cbranch(b.icmp_unsigned("<", more, I64(spec.length)), loop, done)
     b.position_at_end(done)
 
+
+
+def _add_body(low, body):
+    """The symbol of `body`'s step function, added with the body's own kernels to `low`'s."""
+    text = str(body.module(*low._target, symbol="body"))
+    symbol = "burjit_b" + hashlib.sha256(text.encode()).hexdigest()[:32]
+    for k, k_text in body.kernels.items():
+        low.add_kernel(k, k_text, body.calls[k])
+    low.add_kernel(symbol, text.replace('@"body"', f'@"{symbol}"', 1))
+    return symbol

@@ -81,15 +81,15 @@ class Lowering:
         self.loop_argv, at = {}, self.tape_offset + self.tape_bytes
         for n, body in self.bodies.items():
             self.loop_argv[n], at = at, at + loop_bodies.argv_bytes(body)
-        # then two pointers per tape, to its records and its runs, and per loop, to its body's
-        # step and arena, which the executable writes once (not poisoned)
+        # then two pointers per tape, to its records and its runs, and one per loop, to its
+        # body's arena, which the executable writes once (not poisoned)
         self.records_offset = _align(at)
         self.record_slots = {gi: self.records_offset + 16 * k for k, gi in enumerate(sorted(self.tapes))}
         at = self.records_offset + 16 * len(self.tapes)
-        self.loop_slots = {n: at + 16 * k for k, n in enumerate(self.bodies)}
+        self.loop_slots = {n: at + 8 * k for k, n in enumerate(self.bodies)}
         # then, per input, the addresses of its dtype and numpy scalar type, which the entry
         # checks inputs against (process-local: written by the executable, never baked in)
-        self.expect_offset = at + 16 * len(self.bodies)
+        self.expect_offset = _align(at + 8 * len(self.bodies))
         self.arena_bytes = self.expect_offset + 16 * self.n_in
 
     # -- buffers --------------------------------------------------------------------------------
@@ -179,16 +179,16 @@ class Lowering:
         return [tuple(c) for c in copies], offset
 
     # -- emission -------------------------------------------------------------------------------
-    def module(self, triple="", data_layout="", on_kernel=None):
-        """The step's module; on_kernel(symbol, IR text) is called for each distinct kernel as
-        soon as it exists (native.py starts compiling it then)."""
+    def module(self, triple="", data_layout="", on_kernel=None, symbol=SYMBOL):
+        """The step's module, its step function named `symbol`; on_kernel(symbol, IR text) is
+        called for each distinct kernel as soon as it exists (native.py starts compiling it then)."""
         self.mod = ir.Module(name="burjit_step")
         self._on_kernel = on_kernel
         self.mod.triple, self.mod.data_layout = triple, data_layout
         self._globals, self._target = {}, (triple, data_layout)
         self.kernels, self.calls = {}, Counter()
         self._check = os.environ.get("BURJIT_CHECK_KERNELS") == "1"
-        fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR]), name=SYMBOL)
+        fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR]), name=symbol)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         self._argv = argv = fn.args[0]
         self._slots = [b.load(b.gep(argv, [I64(k)], inbounds=True, source_etype=PTR), typ=PTR)
@@ -549,13 +549,17 @@ class Lowering:
             if known is not None and known != built:
                 raise AssertionError(f"kernel identity {identity!r} stands for two different kernels")
             known = _remember(identity, built)
-        symbol, text = known
+        self.add_kernel(*known)
+        return known[0]
+
+    def add_kernel(self, symbol, text, calls=1):
+        """Count `calls` more calls of kernel `symbol` (this step's, or a loop body's: bodies.py),
+        handing its IR text on at the first."""
         if symbol not in self.kernels:
             self.kernels[symbol] = text
             if self._on_kernel:
                 self._on_kernel(symbol, text)
-        self.calls[symbol] += 1
-        return symbol
+        self.calls[symbol] += calls
 
     def _kernel_module(self, n_params, body):
         """(symbol, IR text) of a module holding one kernel `i32 symbol(ptr noalias x n_params)`;

@@ -45,16 +45,52 @@ from .lowering import ENTRY, SYMBOL, Lowering
 _STEP = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)  # holds the GIL: calls share one arena
 
 
-class NativeExecutable:
-    def __init__(self, graph, entry=True):
-        """entry=False for a loop body, which only its loop calls: no Python entry is built."""
+class _Lowered:
+    """A graph planned and lowered, with its loop bodies (each a _Lowered of its own, bodies.py)
+    and an arena: what a step and a loop body share. `key` names everything its code depends on."""
+
+    def __init__(self, graph, offsets=None):
         with collector_paused():  # plain data until IR emission (a tape's records, say)
             self.graph = graph = pipeline.prepare(graph)
-            self.bodies = {n: NativeExecutable(_body_graph(graph, n), entry=False) for n in _loops(graph)}
+            self.bodies = {n: _Lowered(_body_graph(graph, n)) for n in _loops(graph)}
             self.lowering = low = Lowering(graph, poison=os.environ.get("BURJIT_POISON_ARENA") == "1",
-                                           offsets=abi.OFFSETS if entry else None,
-                                           bodies={n: b.lowering for n, b in self.bodies.items()})
+                                           offsets=offsets, bodies={n: b.lowering for n, b in self.bodies.items()})
             self.key = cache.key((*_key_parts(graph, low), [b.key for b in self.bodies.values()]))
+        raw = np.zeros(low.arena_bytes + 64, dtype=np.uint8)
+        start = -raw.ctypes.data % 64
+        self._arena = raw[start:start + low.arena_bytes]  # 64-byte aligned
+        for gi, at in low.record_slots.items():  # the tapes' records and runs: arrays the lowering keeps alive
+            self._arena[at:at + 16].view(np.uint64)[:] = low.tapes[gi].records.ctypes.data, low.tapes[gi].runs.ctypes.data
+        for n, at in low.loop_slots.items():  # each loop body's arena (bodies.py)
+            self._arena[at:at + 8].view(np.uint64)[:] = self.bodies[n]._arena.ctypes.data
+
+    def _message(self, rc, inputs):
+        node, size, k = self.lowering.errors[rc - 1]
+        a = self.graph[node]
+        where = f"{a['op']} at {a['src']}" if a.get("src") else a["op"]
+        if k == "loop":  # error `size` of the loop's body, whose inputs Python never sees
+            return f"{self.bodies[node]._message(size, None)}, in the loop at {a['src']}"
+        if k is not None and inputs is not None:
+            idx = np.asarray(inputs[k]).ravel()
+            bad = idx[(idx < 0) | (idx >= size)]
+            if bad.size:
+                return f"index {bad[0]} is out of range for an axis of size {size} ({where})"
+        return f"an index computed in the step is out of range for an axis of size {size} ({where})"
+
+    def memory_plan(self):
+        plan, low = self.graph.meta["memory"], self.lowering
+        report = dict(plan.report())
+        report.update(arena_allocated=low.arena_bytes, staging_bytes=low.staging_bytes, scratch_bytes=low.scratch_bytes,
+                      tape_bytes=low.tape_bytes,
+                      kernels=len(self.graph.meta["schedule"]), locations=dict(plan.location),
+                      bodies={n: b.memory_plan() for n, b in self.bodies.items()})  # arenas every iteration reuses
+        return report
+
+
+class NativeExecutable(_Lowered):
+    def __init__(self, graph):
+        super().__init__(graph, abi.OFFSETS)
+        graph, low = self.graph, self.lowering
         self._ir = {}
         symbols = (SYMBOL, ENTRY) if low.offsets else (SYMBOL,)
         found = objects.cached_step(self.key, symbols)
@@ -92,15 +128,7 @@ class NativeExecutable:
     def _prepare_calls(self):
         g, low = self.graph, self.lowering
         self._argv = (ctypes.c_void_p * (low.arena_slot + 1))()
-        raw = np.zeros(low.arena_bytes + 64, dtype=np.uint8)
-        start = -raw.ctypes.data % 64
-        self._arena = raw[start:start + low.arena_bytes]  # 64-byte aligned
         self._argv[low.arena_slot] = self._arena.ctypes.data
-        for gi, at in low.record_slots.items():  # the tapes' records and runs: arrays the lowering keeps alive
-            self._arena[at:at + 16].view(np.uint64)[:] = low.tapes[gi].records.ctypes.data, low.tapes[gi].runs.ctypes.data
-        for n, at in low.loop_slots.items():  # each loop's body: its step and its arena (bodies.py)
-            body = self.bodies[n]
-            self._arena[at:at + 16].view(np.uint64)[:] = body._loaded.addresses[SYMBOL], body._arena.ctypes.data
         self._status = self._arena[low.status_offset:low.status_offset + 4].view(np.int32)
         kinds = [np.dtype(g[n]["dtype"]) for n in g.inputs]  # the entry checks inputs against these
         self._arena[low.expect_offset:low.arena_bytes].view(np.uint64)[:] = [v for d in kinds for v in (id(d), id(d.type))]
@@ -134,19 +162,6 @@ class NativeExecutable:
 
     def _failed(self, inputs):
         raise IndexError(self._message(int(self._status[0]), inputs))
-
-    def _message(self, rc, inputs):
-        node, size, k = self.lowering.errors[rc - 1]
-        a = self.graph[node]
-        where = f"{a['op']} at {a['src']}" if a.get("src") else a["op"]
-        if k == "loop":  # error `size` of the loop's body, whose inputs Python never sees
-            return f"{self.bodies[node]._message(size, None)}, in the loop at {a['src']}"
-        if k is not None and inputs is not None:
-            idx = np.asarray(inputs[k]).ravel()
-            bad = idx[(idx < 0) | (idx >= size)]
-            if bad.size:
-                return f"index {bad[0]} is out of range for an axis of size {size} ({where})"
-        return f"an index computed in the step is out of range for an axis of size {size} ({where})"
 
     # -- inspection -----------------------------------------------------------------------------
     def _emitted(self, on_kernel=None):
@@ -185,19 +200,9 @@ class NativeExecutable:
         those were compiled for this step; under "per_kernel", each function's symbol, calls,
         object bytes, compile seconds and source ("compiled", or cached in "memory" or on "disk");
         under "tapes", each scalar group run on the tape tier (its group, records, runs of one
-        opcode or None if dispatched per record, records that are fused pairs, registers); under
-        "bodies", each loop node's body's own stats (it is built as a step of its own)."""
-        return dict(self._stats, per_kernel=[dict(k) for k in self._kernels],
-                    bodies={n: b.stats() for n, b in self.bodies.items()})
-
-    def memory_plan(self):
-        plan, low = self.graph.meta["memory"], self.lowering
-        report = dict(plan.report())
-        report.update(arena_allocated=low.arena_bytes, staging_bytes=low.staging_bytes, scratch_bytes=low.scratch_bytes,
-                      tape_bytes=low.tape_bytes,
-                      kernels=len(self.graph.meta["schedule"]), locations=dict(plan.location),
-                      bodies={n: b.memory_plan() for n, b in self.bodies.items()})  # arenas every iteration reuses
-        return report
+        opcode or None if dispatched per record, records that are fused pairs, registers). A loop
+        body's step and kernels are among the kernels (symbols burjit_b... and their callees)."""
+        return dict(self._stats, per_kernel=[dict(k) for k in self._kernels])
 
     def dump(self, directory):
         d = Path(directory)

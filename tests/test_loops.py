@@ -165,3 +165,19 @@ def test_gradients_through_a_loop_say_they_are_not_supported_yet():
     def f(x):
         return F.sum(burjit.fori_loop(0, 3, lambda i, c: c * c, x))
     _error(burjit.grad(f), np.ones(2), match="gradients through a loop")
+
+
+def test_a_loop_step_loads_from_the_disk_cache_with_its_body(tmp_path, monkeypatch):
+    monkeypatch.setenv("BURJIT_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(2)
+    xs, ys = rng.normal(size=(3, 4, 3)), rng.normal(size=(3, 4, 1))
+    fn = lambda p, xs, ys: burjit.scan(lambda p, b: _sgd(p, *b), p, (xs, ys))  # noqa: E731
+    p = _params(rng)
+    first, second = burjit.compile(fn), burjit.compile(fn)
+    a = first(p, xs, ys)
+    assert not first.stats(p, xs, ys)["from_cache"]
+    del first
+    b = second(p, xs, ys)
+    stats = second.stats(p, xs, ys)
+    assert stats["from_cache"] and any(k["symbol"].startswith("burjit_b") for k in stats["per_kernel"])
+    _close(a, b)

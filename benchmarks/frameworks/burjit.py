@@ -31,14 +31,21 @@ class Burjit:
         return self.bj.compile(fn, backend=self.backend, donate_argnums=donate)
 
     def grad(self, f, x0):
-        step = self._compile(self.bj.value_and_grad(lambda x: f(self.xp, x)))
+        bj, F = self.bj, self._F
+        vg = bj.value_and_grad(lambda x: f(self.xp, x))
+        step = self._compile(vg)
         trivial = self._compile(lambda x: (self._F.reshape(x, (-1,))[0], x))
         x, out = np.array(x0), {}
+
+        def body(i, carry):  # x + 0 * g: each evaluation reads the last, as in the JAX adapter
+            value, g = vg(carry[0])
+            return carry[0] + 0.0 * g, value, g
 
         def run():
             out["value"], out["grad"] = step(x)
         return Bench(run, lambda: {k: np.array(v) for k, v in out.items()}, lambda: trivial(x),
-                     lambda: _arena(step))
+                     lambda: _arena(step),
+                     self._looped(lambda k: lambda x: bj.fori_loop(0, k, body, (x, F.sum(x), x)), lambda run: run(x)))
 
     def sgd(self, loss, params, batch, lr):
         bj = self.bj
@@ -55,7 +62,25 @@ class Burjit:
 
         def poke():
             state["p"], _ = trivial(state["p"], batch)
-        return Bench(run, lambda: read_state(state, np.array), poke, lambda: _arena(step))
+
+        def k_steps(k):
+            return lambda p, b: bj.fori_loop(0, k, lambda i, carry: train(carry[0], b), (p, 0.0 * first_leaf(p).sum()))
+
+        def loop(run):
+            state["p"], state["loss"] = run(state["p"], batch)
+        return Bench(run, lambda: read_state(state, np.array), poke, lambda: _arena(step),
+                     self._looped(k_steps, loop, donate=0))
+
+    def _looped(self, make, call, donate=()):
+        """Bench.loop: k -> call(the step of k iterations in one fori_loop). The trip count is
+        fixed when a loop compiles, so each k compiles once (the worker warms each k up)."""
+        steps = {}
+
+        def loop(k):
+            if k not in steps:
+                steps[k] = self._compile(make(k), donate)
+            call(steps[k])
+        return loop
 
 
 def _arena(step):
