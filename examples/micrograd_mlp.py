@@ -5,7 +5,10 @@
 As in the notebook: 100 noisy two-moons points with labels -1/+1, loss
 mean(relu(1 - y * score)) + 1e-4 * sum(p**2), 100 full-batch SGD steps with the learning
 rate falling from 1.0 to 0.1. The whole step is one compiled function; the learning rate
-is a traced input, so the schedule does not retrace it.
+is a traced input, so the schedule does not retrace it. `--steps-per-call K` runs K steps in
+one call (`burjit.scan` over their learning rates): the same numbers, one Python call per K.
+
+    python examples/micrograd_mlp.py --steps-per-call 10
 """
 
 import argparse
@@ -47,27 +50,37 @@ def loss(params, x, y, alpha=1e-4):
     return data_loss + reg_loss, accuracy
 
 
-@burjit.compile(donate_argnums=0)
-def step(params, x, y, lr):
+def train(params, x, y, lr):
     (l, acc), grads = burjit.value_and_grad(loss, has_aux=True)(params, x, y)
     params, _ = optim.sgd(lr).update(params, grads, {})
-    return params, l, acc
+    return params, (l, acc)
+
+
+@burjit.compile(donate_argnums=0)
+def steps(params, x, y, lrs):
+    """len(lrs) training steps in one call: (params, losses, accuracies)."""
+    params, (losses, accuracies) = burjit.scan(lambda p, lr: train(p, x, y, lr), params, lrs)
+    return params, losses, accuracies
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--steps-per-call", type=int, default=1, help="training steps run by one compiled call")
     args = ap.parse_args(argv)
+    if args.steps < 1 or args.steps_per_call < 1:
+        ap.error("--steps and --steps-per-call must be at least 1")
     rng = np.random.default_rng(args.seed)
     x, y = make_moons(100, 0.1, rng)
     params = [layer.init(rng) for layer in LAYERS]
-    for k in range(args.steps):
-        lr = np.array(1.0 - 0.9 * k / args.steps)
-        params, l, acc = step(params, x, y, lr)
-        if k % 10 == 0 or k == args.steps - 1:
-            print(f"step {k} loss {float(l):.4f}, accuracy {100 * float(acc):.0f}%")
-    return float(acc)
+    lrs = 1.0 - 0.9 * np.arange(args.steps) / args.steps
+    for start in range(0, args.steps, args.steps_per_call):  # the last call may run fewer steps
+        params, losses, accuracies = steps(params, x, y, lrs[start:start + args.steps_per_call])
+        for k in range(start, start + len(losses)):
+            if k % 10 == 0 or k == args.steps - 1:
+                print(f"step {k} loss {float(losses[k - start]):.4f}, accuracy {100 * float(accuracies[k - start]):.0f}%")
+    return float(accuracies[-1])
 
 
 if __name__ == "__main__":

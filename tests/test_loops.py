@@ -181,3 +181,14 @@ def test_a_loop_step_loads_from_the_disk_cache_with_its_body(tmp_path, monkeypat
     stats = second.stats(p, xs, ys)
     assert stats["from_cache"] and any(k["symbol"].startswith("burjit_b") for k in stats["per_kernel"])
     _close(a, b)
+
+
+def test_the_moons_example_runs_k_steps_per_call_with_the_same_numbers(capsys):
+    import runpy
+    from pathlib import Path
+    main = runpy.run_path(str(Path(__file__).parents[1] / "examples" / "micrograd_mlp.py"))["main"]
+    runs = []
+    for k in (1, 7):
+        acc = main(["--steps", "30", "--steps-per-call", str(k)])
+        runs.append((acc, capsys.readouterr().out))
+    assert runs[0] == runs[1] and runs[0][1].count("\n") == 4  # steps 0, 10, 20, 29
