@@ -1,4 +1,4 @@
-"""Loops traced once: `scan` and `fori_loop` (JAX's semantics), each one `loop` node whose body is a graph.
+"""Loops traced once: `scan`, `fori_loop` and `while_loop` (JAX's semantics), each one `loop` node whose body is a graph.
 
 The body is traced once, in a Trace of its own nested in the step's (tracer.Trace.own). Its
 graph's inputs are the carry leaves, the iteration index (int64, 0-d: `lower + i` for
@@ -6,9 +6,11 @@ fori_loop), one row of each `xs` leaf, then each outer value the body reads (cap
 read); its outputs are the new carry leaves (aliased to the carry inputs, so the body updates
 the carry in place) and then each `y` leaf. The loop node's operands are the initial carry, the
 xs leaves and the captures; its value is one vector of the carry's dtype holding the final carry
-leaves and then each stacked y (`length` rows), unpacked with slice + reshape. Backends run the
-body `length` times over that vector: the reference evaluates the body graph per iteration,
-native compiles it as a step of its own and calls it from a loop in the driver (lowering.py).
+leaves and then each stacked y (`length` rows), unpacked with slice + reshape. A while loop has
+no length and no xs: its one y is cond(new carry) in the carry's dtype, and its node reads
+cond(init) (an operand after the carry) to know whether to run at all. Backends run the body
+over that vector: the reference evaluates the body graph per iteration, native compiles it as a
+step of its own and calls it from a loop in the driver (codegen/bodies.py).
 """
 
 import math
@@ -18,6 +20,7 @@ import numpy as np
 from . import primitives as P
 from . import pytree
 from .errors import TracingError
+from . import ops as F
 from .tracer import Trace, Tracer, bind, current_trace, describe, lift, user_src
 
 
@@ -35,6 +38,8 @@ class Body:
         return f"Body{self.key!r}"
 
     def __str__(self):  # step.graph() prints the body's graph below the loop
+        if self.length is None:
+            return "body(while)"
         return f"body(length={self.length}, start={self.start}, reverse={self.reverse})"
 
     def __eq__(self, other):
@@ -75,15 +80,47 @@ def fori_loop(lower, upper, body_fun, init_val):
     return carry
 
 
-def _loop(f, init, xs, length, reverse, start, src, name):
+def while_loop(cond_fun, body_fun, init_val):
+    """Like jax.lax.while_loop: `val = body_fun(val)` while `cond_fun(val)` (a bool scalar) holds.
+
+    cond_fun runs once on init_val in the step, then once after each iteration inside the
+    body, so a loop whose condition is false at once never runs its body."""
+    src = user_src()
+    outer = _outer(src, "while_loop")
+    init_leaves, _ = pytree.flatten(init_val)
+    go = _condition(cond_fun, init_val, src)
+    dtype = {lift(x).dtype for x in init_leaves}
+    proceed = F.astype(go, dtype.pop() if len(dtype) == 1 else "float64")  # a mixed carry is refused below
+    carry, _ = _loop(lambda i, c, x: (body_fun(c), None), init_val, None, None, False, 0, src, "while_loop",
+                     cond=lambda c: _condition(cond_fun, c, src), proceed=proceed, outer=outer)
+    return carry
+
+
+def _condition(cond_fun, val, src):
+    c = lift(cond_fun(val))
+    if c.shape != () or c.dtype != "bool":
+        raise TracingError(f"{describe(src)}\n  while_loop: cond_fun must return a bool scalar, got "
+                           f"{c.dtype}{list(c.shape)}")
+    return c
+
+
+def _outer(src, name):
     outer = current_trace()
     if outer is None:
         raise TracingError(f"{describe(src)}\n  {name}: needs an active burjit trace (use it inside burjit.compile)")
+    return outer
+
+
+def _loop(f, init, xs, length, reverse, start, src, name, cond=None, proceed=None, outer=None):
+    """The loop node of `f(index, carry, x) -> (carry, y)`. A while loop (cond given) has no
+    length: its body also computes cond(new carry), as the vector's last element, and its
+    node reads `proceed`, cond(init), to know whether to run at all."""
+    outer = outer or _outer(src, name)
     init_leaves, init_td = pytree.flatten(init)
     carry0 = [lift(x) for x in init_leaves]
     xs_leaves, xs_td = pytree.flatten(xs)
     xs0 = [lift(x) for x in xs_leaves]
-    length = _length(xs0, length, src, name)
+    length = None if cond else _length(xs0, length, src, name)
     with Trace(outer.tier, parent=outer) as body:
         carry = [body.input(t.shape, t.dtype) for t in carry0]
         index = body.input((), "int64")
@@ -96,6 +133,8 @@ def _loop(f, init, xs, length, reverse, start, src, name):
         new = [body.own(lift(x)) for x in new_leaves]
         ys = [body.own(lift(y)) for y in y_leaves]
         _check_carry(init_td, carry0, new_td, new, src, name)
+        if cond:  # ys is the flag alone: cond of the new carry, in the carry's dtype
+            ys = [body.own(F.astype(cond(pytree.unflatten(new_td, new)), proceed.dtype))]
         body.graph.outputs = [t.node for t in new + ys]
     body.graph.aliases = {j: j for j in range(len(carry))}
     body.graph.meta.update(donated=list(range(len(carry))), tier=outer.tier)
@@ -105,18 +144,18 @@ def _loop(f, init, xs, length, reverse, start, src, name):
         raise TracingError(f"{describe(src)}\n  {name}: the carry and the outputs of a loop must share one dtype "
                            f"for now; they have {', '.join(sorted(dtypes))}")
     dtype = dtypes.pop() if dtypes else "float64"
-    shapes = [t.shape for t in carry0] + [(length,) + y.shape for y in ys]
+    shapes = [t.shape for t in carry0] + [y.shape if cond else (length,) + y.shape for y in ys]
     offsets = np.cumsum([0] + [math.prod(s) for s in shapes]).tolist()
     spec = Body(body.graph, length, start, reverse, len(carry0), len(xs0), dtype,
                 list(zip(offsets, shapes)), src)
-    operands = [t.node for t in carry0 + xs0] + captures
+    operands = [t.node for t in carry0 + xs0 + ([proceed] if cond else [])] + captures
     graph = outer.graph
     node = graph.add("loop", operands, (spec.size,), dtype, {"body": spec}, src)
     graph.meta["loops"] = True
     vec = Tracer(outer, node, (spec.size,), dtype)
     leaves = [_unpack(vec, off, shape) for off, shape in spec.leaves]
     carry_out = pytree.unflatten(init_td, leaves[:len(carry0)])
-    return carry_out, pytree.unflatten(pytree.flatten(out[1])[1], leaves[len(carry0):])
+    return carry_out, None if cond else pytree.unflatten(pytree.flatten(out[1])[1], leaves[len(carry0):])
 
 
 def _length(xs0, length, src, name):
@@ -146,7 +185,6 @@ def _check_carry(init_td, carry0, new_td, new, src, name):
 
 
 def _unpack(vec, off, shape):
-    from . import ops as F
     size = math.prod(shape)
     return F.reshape(bind("slice", [vec], starts=(off,), steps=(1,), shape=(size,)), shape)
 
@@ -163,6 +201,12 @@ def evaluate(*operands, body):
     from .reference import evaluate as run
     nc, nx = body.n_carry, body.n_xs
     carry, xs, captures = list(operands[:nc]), operands[nc:nc + nx], list(operands[nc + nx:])
+    if body.length is None:  # while: operand nc is cond(init); the body's last output cond(new carry)
+        go, k, captures = operands[nc], 0, captures[1:]
+        while go:
+            *carry, go = run(body.graph, carry + [np.int64(k)] + captures)
+            k += 1
+        return np.concatenate([np.ravel(a).astype(body.dtype) for a in carry] + [np.zeros(1, body.dtype)])
     ys = [np.empty(shape, body.dtype) for _, shape in body.leaves[nc:]]
     for k in range(body.length):
         i = body.iteration(k)

@@ -18,7 +18,7 @@ from llvmlite import ir
 
 from burjit.primitives import ITEMSIZE
 
-from .types import I32, I64, declare
+from .types import I8, I32, I64, MEM, declare, is_float
 
 PTR = ir.PointerType()
 
@@ -35,14 +35,19 @@ def emit(low, b, node):
     vec = low._main_ptr(b, low.ref(node))
     operands = g.operands(node)
     nc, nx = spec.n_carry, spec.n_xs
+    until = spec.length is None  # a while loop: operand nc holds cond(init), its flag ends the vector
     argv = low._main_ptr(b, ("arg", low.arena_slot, low.loop_argv[node]))
-    index = b.gep(argv, [I64(8 * (body.arena_slot + 1))], source_etype=ir.IntType(8))
+    index = b.gep(argv, [I64(8 * (body.arena_slot + 1))], source_etype=I8)
 
     def at(p, k):
-        return b.gep(p, [I64(k)], source_etype=ir.IntType(8)) if k else p
+        return b.gep(p, [I64(k)], source_etype=I8) if k else p
 
     def put(k, ptr):
         b.store(ptr, b.gep(argv, [I64(k)], source_etype=PTR))
+
+    def nonzero(ptr):
+        v = b.load(ptr, typ=MEM[spec.dtype])
+        return b.fcmp_ordered("!=", v, v.type(0)) if is_float(v.type) else b.icmp_unsigned("!=", v, v.type(0))
     for k in range(nc):
         off, _ = spec.leaves[k]
         carry = at(vec, off * size)
@@ -50,26 +55,32 @@ def emit(low, b, node):
         put(k, carry)
         put(body.n_in + k, carry)
     put(nc, index)
-    for c, operand in enumerate(operands[nc + nx:]):
+    for c, operand in enumerate(operands[nc + nx + until:]):
         put(nc + 1 + nx + c, low._main_ptr(b, low.ref(operand)))
     put(body.arena_slot, b.load(low._main_ptr(b, ("arg", low.arena_slot, low.loop_slots[node])), typ=PTR))
     step = declare(low.mod, _add_body(low, body), I32, [PTR])
-    if not spec.length:
+    if spec.length == 0:
         return
     xs = [(low._main_ptr(b, low.ref(x)), g.nbytes(x) // spec.length) for x in operands[nc:nc + nx]]
     ys = [(at(vec, off * size), size * math.prod(shape[1:])) for off, shape in spec.leaves[nc:]]
+    flag = ys[0][0] if until else None
+    if until:
+        put(body.n_in + nc, flag)
     fn = b.function
     start, loop, done = b.block, fn.append_basic_block("loop"), fn.append_basic_block("loop_done")
-    b.branch(loop)
+    if until:
+        b.cbranch(nonzero(low._main_ptr(b, low.ref(operands[nc]))), loop, done)
+    else:
+        b.branch(loop)
     b.position_at_end(loop)
     k = b.phi(I64)
     k.add_incoming(I64(0), start)
     i = b.sub(I64(spec.length - 1), k) if spec.reverse else k
     b.store(b.add(i, I64(spec.start)), index)
     for j, (base, row) in enumerate(xs):
-        put(nc + 1 + j, b.gep(base, [b.mul(i, I64(row))], source_etype=ir.IntType(8)))
-    for j, (base, row) in enumerate(ys):
-        put(body.n_in + nc + j, b.gep(base, [b.mul(i, I64(row))], source_etype=ir.IntType(8)))
+        put(nc + 1 + j, b.gep(base, [b.mul(i, I64(row))], source_etype=I8))
+    for j, (base, row) in enumerate([] if until else ys):
+        put(body.n_in + nc + j, b.gep(base, [b.mul(i, I64(row))], source_etype=I8))
     rc = b.call(step, [argv])
     code = low.loop_errors[node]
     failed = b.icmp_unsigned("!=", rc, I32(0))
@@ -80,9 +91,8 @@ def emit(low, b, node):
     b.position_at_end(ok)
     more = b.add(k, I64(1))
     k.add_incoming(more, ok)
-    b.cbranch(b.icmp_unsigned("<", more, I64(spec.length)), loop, done)
+    b.cbranch(nonzero(flag) if until else b.icmp_unsigned("<", more, I64(spec.length)), loop, done)
     b.position_at_end(done)
-
 
 
 def _add_body(low, body):

@@ -192,3 +192,35 @@ def test_the_moons_example_runs_k_steps_per_call_with_the_same_numbers(capsys):
         acc = main(["--steps", "30", "--steps-per-call", str(k)])
         runs.append((acc, capsys.readouterr().out))
     assert runs[0] == runs[1] and runs[0][1].count("\n") == 4  # steps 0, 10, 20, 29
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_while_loop_matches_python_and_may_run_no_iteration(backend, tier):
+    def f(x, lim):  # (steps, x): doubles x until its sum reaches lim, lim read from the step
+        return burjit.while_loop(lambda c: F.sum(c[1]) < lim, lambda c: (c[0] + 1.0, c[1] * 2.0),
+                                 (F.sum(x) * 0.0, x))
+    step = burjit.compile(f, backend=backend, tier=tier)
+    for lim in (100.0, 1.0, 1.5):
+        n, x = 0.0, np.array([0.5, 1.0])
+        while x.sum() < lim:
+            n, x = n + 1.0, x * 2.0
+        _close(step(np.array([0.5, 1.0]), np.float64(lim)), (np.float64(n), x))
+
+
+def test_while_loop_inside_scan_newton_square_roots(backend):
+    def f(a):
+        def sqrt(c, v):
+            x = burjit.while_loop(lambda x: F.abs(x * x - v) > 1e-12 * v, lambda x: 0.5 * (x + v / x), v)
+            return c + x, x
+        return burjit.scan(sqrt, F.sum(a) * 0.0, a)
+    a = np.array([2.0, 9.0, 0.25, 1e6])
+    total, roots = burjit.compile(f, backend=backend)(a)
+    np.testing.assert_allclose(roots, np.sqrt(a), rtol=1e-12)
+    np.testing.assert_allclose(total, np.sqrt(a).sum(), rtol=1e-12)
+
+
+def test_while_loop_condition_must_be_a_bool_scalar():
+    x = np.ones(3)
+    _error(lambda x: burjit.while_loop(lambda c: F.sum(c), lambda c: c * 0.5, x), x,
+           match=r"cond_fun must return a bool scalar, got float64\[\]")
+    _error(lambda x: burjit.while_loop(lambda c: c > 0.5, lambda c: c * 0.5, x), x, match=r"got bool\[3\]")
