@@ -5,9 +5,10 @@ graph's inputs are the carry leaves, the iteration index (int64, 0-d: `lower + i
 fori_loop), one row of each `xs` leaf, then each outer value the body reads (captured as it is
 read); its outputs are the new carry leaves (aliased to the carry inputs, so the body updates
 the carry in place) and then each `y` leaf. The loop node's operands are the initial carry, the
-xs leaves and the captures; its value is one vector of the carry's dtype holding the final carry
-leaves and then each stacked y (`length` rows), unpacked with slice + reshape. A while loop has
-no length and no xs: its one y is cond(new carry) in the carry's dtype, and its node reads
+xs leaves and the captures; its value is one vector holding the final carry leaves and then
+each stacked y (`length` rows): of their dtype if they share one, unpacked with slice +
+reshape, else int64 words holding each leaf's bytes (PACKED), unpacked with `bitcast`. A while loop has
+no length and no xs: its one y is cond(new carry) in the carry's dtype (float64 if mixed), and its node reads
 cond(init) (an operand after the carry) to know whether to run at all. Backends run the body
 over that vector: the reference evaluates the body graph per iteration, native compiles it as a
 step of its own and calls it from a loop in the driver (codegen/bodies.py).
@@ -24,14 +25,18 @@ from . import ops as F
 from .tracer import Trace, Tracer, bind, current_trace, describe, lift, user_src
 
 
+PACKED = "int64"  # the vector's dtype when the leaves' dtypes differ: each leaf's bytes, 8-byte aligned
+
+
 class Body:
     """A loop body: its graph and how the loop node's operands and value map onto it."""
 
     def __init__(self, graph, length, start, reverse, n_carry, n_xs, dtype, leaves, src):
         self.graph, self.length, self.start, self.reverse = graph, length, start, reverse
         self.n_carry, self.n_xs, self.dtype, self.src = n_carry, n_xs, dtype, src
-        self.leaves = leaves  # per output leaf (carry, then ys): (offset, shape) in the loop's vector
-        self.size = sum(math.prod(s) for _, s in leaves)
+        self.leaves = leaves  # per output leaf (carry, then ys): (offset, shape, dtype) in the loop's vector
+        last = leaves[-1] if leaves else (0, (0,), dtype)
+        self.size = last[0] + (math.prod(last[1]) if dtype != PACKED else -(-math.prod(last[1]) * P.ITEMSIZE[last[2]] // 8))
         self.key = (graph.fingerprint(), length, start, reverse, n_carry, n_xs, dtype, tuple(leaves))
 
     def __repr__(self):  # what graph.fingerprint hashes: the body's content, not its identity
@@ -90,7 +95,7 @@ def while_loop(cond_fun, body_fun, init_val):
     init_leaves, _ = pytree.flatten(init_val)
     go = _condition(cond_fun, init_val, src)
     dtype = {lift(x).dtype for x in init_leaves}
-    proceed = F.astype(go, dtype.pop() if len(dtype) == 1 else "float64")  # a mixed carry is refused below
+    proceed = F.astype(go, dtype.pop() if len(dtype) == 1 else "float64")  # the flag's dtype: the carry's if one
     carry, _ = _loop(lambda i, c, x: (body_fun(c), None), init_val, None, None, False, 0, src, "while_loop",
                      cond=lambda c: _condition(cond_fun, c, src), proceed=proceed, outer=outer)
     return carry
@@ -139,21 +144,20 @@ def _loop(f, init, xs, length, reverse, start, src, name, cond=None, proceed=Non
     body.graph.aliases = {j: j for j in range(len(carry))}
     body.graph.meta.update(donated=list(range(len(carry))), tier=outer.tier)
     captures = list(body.captured)
-    dtypes = {t.dtype for t in carry0 + ys}
-    if len(dtypes) > 1:
-        raise TracingError(f"{describe(src)}\n  {name}: the carry and the outputs of a loop must share one dtype "
-                           f"for now; they have {', '.join(sorted(dtypes))}")
-    dtype = dtypes.pop() if dtypes else "float64"
     shapes = [t.shape for t in carry0] + [y.shape if cond else (length,) + y.shape for y in ys]
-    offsets = np.cumsum([0] + [math.prod(s) for s in shapes]).tolist()
+    dtypes = [t.dtype for t in carry0 + ys]
+    dtype = dtypes[0] if len(set(dtypes)) == 1 else PACKED
+    # offsets and sizes in elements of the vector's dtype: a packed leaf takes whole 8-byte words
+    sizes = [math.prod(s) if dtype != PACKED else -(-math.prod(s) * P.ITEMSIZE[d] // 8) for s, d in zip(shapes, dtypes)]
+    offsets = np.cumsum([0] + sizes).tolist()
     spec = Body(body.graph, length, start, reverse, len(carry0), len(xs0), dtype,
-                list(zip(offsets, shapes)), src)
+                list(zip(offsets, shapes, dtypes)), src)
     operands = [t.node for t in carry0 + xs0 + ([proceed] if cond else [])] + captures
     graph = outer.graph
     node = graph.add("loop", operands, (spec.size,), dtype, {"body": spec}, src)
     graph.meta["loops"] = True
     vec = Tracer(outer, node, (spec.size,), dtype)
-    leaves = [_unpack(vec, off, shape) for off, shape in spec.leaves]
+    leaves = [_unpack(vec, off, shape, d) for off, shape, d in spec.leaves]
     carry_out = pytree.unflatten(init_td, leaves[:len(carry0)])
     return carry_out, None if cond else pytree.unflatten(pytree.flatten(out[1])[1], leaves[len(carry0):])
 
@@ -184,7 +188,9 @@ def _check_carry(init_td, carry0, new_td, new, src, name):
                                f"and leaves it as {b.dtype}{list(b.shape)}; a carry keeps its shape and dtype")
 
 
-def _unpack(vec, off, shape):
+def _unpack(vec, off, shape, dtype):
+    if vec.dtype == PACKED and dtype != PACKED:
+        return bind("bitcast", [vec], start=off, shape=tuple(shape), dtype=dtype)
     size = math.prod(shape)
     return F.reshape(bind("slice", [vec], starts=(off,), steps=(1,), shape=(size,)), shape)
 
@@ -206,21 +212,45 @@ def evaluate(*operands, body):
         while go:
             *carry, go = run(body.graph, carry + [np.int64(k)] + captures)
             k += 1
-        return np.concatenate([np.ravel(a).astype(body.dtype) for a in carry] + [np.zeros(1, body.dtype)])
-    ys = [np.empty(shape, body.dtype) for _, shape in body.leaves[nc:]]
+        return _pack(body, carry + [go])
+    ys = [np.empty(shape, d) for _, shape, d in body.leaves[nc:]]
     for k in range(body.length):
         i = body.iteration(k)
         outs = run(body.graph, carry + [np.int64(body.start + i)] + [x[i] for x in xs] + captures)
         carry = outs[:nc]
         for y, row in zip(ys, outs[nc:]):
             y[i] = row
-    return np.concatenate([np.ravel(a).astype(body.dtype) for a in carry + ys]) if carry or ys \
-        else np.empty(0, body.dtype)
+    return _pack(body, carry + ys)
+
+
+def _pack(body, arrays):
+    """The loop's vector holding `arrays` (its leaves, in order)."""
+    if body.dtype != PACKED or not arrays:
+        return np.concatenate([np.ravel(a).astype(body.dtype) for a in arrays] + [np.empty(0, body.dtype)])
+    words = [np.ascontiguousarray(a, d).tobytes() for a, (_, _, d) in zip(arrays, body.leaves)]
+    return np.frombuffer(b"".join(w + bytes(-len(w) % 8) for w in words), PACKED).copy()
+
+
+# -- the `bitcast` primitive: a packed leaf read back from the loop's vector ---------------------
+
+def _bitcast_infer(avals, attrs):
+    return attrs["shape"], attrs["dtype"]
+
+
+def _bitcast(vec, start, shape, dtype):
+    n = math.prod(shape) * P.ITEMSIZE[dtype]
+    return np.frombuffer(np.ascontiguousarray(vec).tobytes()[8 * start:8 * start + n], dtype).reshape(shape).copy()
+
+
+def _bitcast_vjp(F, g, out, xs, needs, attrs):
+    raise TracingError(f"{describe(user_src())}\n  gradients through a loop (scan / fori_loop / while_loop) are "
+                       "not supported yet; differentiate inside the loop body instead")
 
 
 def _vjp(F, g, out, xs, needs, attrs):
-    raise TracingError(f"{describe(attrs['body'].src)}\n  gradients through a loop (scan / fori_loop) are not "
-                       "supported yet; differentiate inside the loop body instead")
+    raise TracingError(f"{describe(attrs['body'].src)}\n  gradients through a loop (scan / fori_loop / while_loop) "
+                       "are not supported yet; differentiate inside the loop body instead")
 
 
 P._register(P.Primitive("loop", "loop", _infer, evaluate, _vjp))
+P._register(P.Primitive("bitcast", "bitcast", _bitcast_infer, _bitcast, _bitcast_vjp))

@@ -4,7 +4,7 @@ A primitive has
   kind    'elementwise' (operands share the output shape; lowered per element), 'reduce',
           'shape' (data movement), 'matmul', 'gather', 'scatter', 'source' (no operands),
           'region' (a scalar region's records, registered by region.py) or 'loop' (a loop
-          whose body is a graph, registered by control.py)
+          whose body is a graph, registered by control.py, with 'bitcast', its leaves' bytes)
   infer   (avals, attrs) -> (shape, dtype); avals are (shape, dtype) pairs. Raises ShapeError.
   ref     numpy reference: (*arrays, **attrs) -> array. The test oracle.
   vjp     (F, g, out, xs, needs, attrs) -> cotangent per operand (None = zero), written with

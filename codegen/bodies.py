@@ -45,11 +45,11 @@ def emit(low, b, node):
     def put(k, ptr):
         b.store(ptr, b.gep(argv, [I64(k)], source_etype=PTR))
 
-    def nonzero(ptr):
-        v = b.load(ptr, typ=MEM[spec.dtype])
+    def nonzero(ptr):  # the while flag, in its leaf's dtype
+        v = b.load(ptr, typ=MEM[spec.leaves[-1][2]])
         return b.fcmp_ordered("!=", v, v.type(0)) if is_float(v.type) else b.icmp_unsigned("!=", v, v.type(0))
     for k in range(nc):
-        off, _ = spec.leaves[k]
+        off = spec.leaves[k][0]
         carry = at(vec, off * size)
         low._memcpy(b, carry, low._main_ptr(b, low.ref(operands[k])), g.nbytes(operands[k]))
         put(k, carry)
@@ -62,7 +62,7 @@ def emit(low, b, node):
     if spec.length == 0:
         return
     xs = [(low._main_ptr(b, low.ref(x)), g.nbytes(x) // spec.length) for x in operands[nc:nc + nx]]
-    ys = [(at(vec, off * size), size * math.prod(shape[1:])) for off, shape in spec.leaves[nc:]]
+    ys = [(at(vec, off * size), ITEMSIZE[d] * math.prod(shape[1:])) for off, shape, d in spec.leaves[nc:]]
     flag = ys[0][0] if until else None
     if until:
         put(body.n_in + nc, flag)

@@ -471,6 +471,10 @@ class Lowering:
             self._run_tape(b, gi, self.tapes[gi])
         elif kind == "loop":
             loop_bodies.emit(self, b, head)
+        elif kind == "bitcast":  # a loop's packed leaf: its bytes copied out (burjit/control.py)
+            (vec,) = g.operands(head)
+            src = b.gep(self._main_ptr(b, self.ref(vec)), [I64(8 * a["attrs"]["start"])], source_etype=I8)
+            self._memcpy(b, self._main_ptr(b, self.ref(head)), src, g.nbytes(head))
         elif self._plain(group):
             self._run(b, [self._programs.pop(gi, None) or self._plain_program(group)])
         elif reduce:

@@ -224,3 +224,50 @@ def test_while_loop_condition_must_be_a_bool_scalar():
     _error(lambda x: burjit.while_loop(lambda c: F.sum(c), lambda c: c * 0.5, x), x,
            match=r"cond_fun must return a bool scalar, got float64\[\]")
     _error(lambda x: burjit.while_loop(lambda c: c > 0.5, lambda c: c * 0.5, x), x, match=r"got bool\[3\]")
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_carry_of_several_dtypes_adamw_with_its_int_step_count(backend, tier, monkeypatch):
+    """float32 parameters, AdamW's int64 step count and stacked float32 / int64 outputs share
+    the loop's packed vector; the same numbers as one compiled step per minibatch."""
+    from burjit import optim
+    monkeypatch.setenv("BURJIT_POISON_ARENA", "1")
+    opt = optim.adamw(1e-2)
+
+    def train(p, s, x):
+        loss, g = burjit.value_and_grad(lambda p: F.sum((p["w"] * x - 1.0) ** 2))(p)
+        p, s = opt.update(p, g, s)
+        return p, s, loss
+
+    def epoch(p, s, xs):
+        def body(c, x):
+            p, s, loss = train(*c, x)
+            return (p, s), (loss, s["step"])
+        return burjit.scan(body, (p, s), xs)
+    p = {"w": np.array([0.5, 2.0, -1.0], np.float32)}
+    xs = np.linspace(-1, 1, 15, dtype=np.float32).reshape(5, 3)
+    (q, t), (losses, counts) = burjit.compile(epoch, backend=backend, tier=tier)(p, opt.init(p), xs)
+    step = burjit.compile(train, backend=backend, tier=tier)
+    s, expect = opt.init(p), []
+    for x in xs:
+        p, s, loss = step(p, s, x)
+        expect.append(loss)
+    assert q["w"].dtype == np.float32 and counts.dtype == np.int64 and t["step"] == 5
+    _close((q, t), (p, s))
+    _close(losses, np.array(expect, np.float32))
+    np.testing.assert_array_equal(counts, [1, 2, 3, 4, 5])
+
+
+def test_while_loop_with_an_int_counter(backend):
+    def f(x):
+        return burjit.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 2.0), (np.int64(0), x))
+    n, x = burjit.compile(f, backend=backend)(np.ones(3))
+    assert n == 5 and n.dtype == np.int64
+    _close(x, np.full(3, 32.0))
+
+
+def test_gradients_through_a_loop_of_several_dtypes_refuse_too():
+    def f(x):
+        n, y = burjit.fori_loop(0, 3, lambda i, c: (c[0] + 1, c[1] * c[1]), (np.int64(0), x))
+        return F.sum(y)
+    _error(burjit.grad(f), np.ones(2), match="gradients through a loop")
