@@ -127,6 +127,22 @@ def test_gpt_char_trains_resumes_and_samples(tmp_path, capsys):
         gpt_char.main(flags + ["--resume", "--checkpoint", str(tmp_path / "junk.npz")])
 
 
+def test_gpt_char_k_steps_per_call_train_the_same_parameters(tmp_path, capsys):
+    """--steps-per-call 4 (a scan over 4 batches per call, the last call 3) ends where one
+    step per call does."""
+    gpt_char = _example("gpt_char")
+    runs = []
+    for k in ("1", "4"):
+        ck = str(tmp_path / f"ck{k}")
+        gpt_char.main(_gpt_char_flags(tmp_path, ck) + ["--steps", "11", "--steps-per-call", k, "--sample-chars", "0"])
+        assert "steps 11: loss" in capsys.readouterr().out
+        runs.append(dict(np.load(ck)))
+    assert runs[0].keys() == runs[1].keys()
+    for name, a in runs[0].items():
+        if a.dtype.kind in "fi":  # parameters, optimizer state (the metadata is text)
+            np.testing.assert_allclose(a, runs[1][name], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
 def test_gpt_char_names_a_bad_byte_in_the_data_without_a_traceback(tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\u00e9 ".encode("latin-1") * 50)
