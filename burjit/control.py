@@ -155,7 +155,6 @@ def _loop(f, init, xs, length, reverse, start, src, name, cond=None, proceed=Non
     operands = [t.node for t in carry0 + xs0 + ([proceed] if cond else [])] + captures
     graph = outer.graph
     node = graph.add("loop", operands, (spec.size,), dtype, {"body": spec}, src)
-    graph.meta["loops"] = True
     vec = Tracer(outer, node, (spec.size,), dtype)
     leaves = [_unpack(vec, off, shape, d) for off, shape, d in spec.leaves]
     carry_out = pytree.unflatten(init_td, leaves[:len(carry0)])
@@ -247,9 +246,9 @@ def _bitcast_vjp(F, g, out, xs, needs, attrs):
                        "not supported yet; differentiate inside the loop body instead")
 
 
-def _vjp(F, g, out, xs, needs, attrs):
-    raise TracingError(f"{describe(attrs['body'].src)}\n  gradients through a loop (scan / fori_loop / while_loop) "
-                       "are not supported yet; differentiate inside the loop body instead")
+def _vjp(*args):
+    from .loop_reverse import vjp  # it traces loops itself
+    return vjp(*args)
 
 
 P._register(P.Primitive("loop", "loop", _infer, evaluate, _vjp))

@@ -59,6 +59,8 @@ class Graph:
         succ, pred = self.nx._succ, self.nx._pred
         for i, o in enumerate(operands):
             _link(succ, pred, o, n, i)
+        if op == "loop":  # passes and codegen visit loop bodies only in graphs that have one
+            self.meta["loops"] = True
         return n
 
     def set_operand(self, n, i, new):

@@ -161,12 +161,6 @@ def test_python_loop_over_a_traced_bound_points_to_fori_loop():
     _error(f, np.ones(2), np.int64(3), match="fori_loop")
 
 
-def test_gradients_through_a_loop_say_they_are_not_supported_yet():
-    def f(x):
-        return F.sum(burjit.fori_loop(0, 3, lambda i, c: c * c, x))
-    _error(burjit.grad(f), np.ones(2), match="gradients through a loop")
-
-
 def test_a_loop_step_loads_from_the_disk_cache_with_its_body(tmp_path, monkeypatch):
     monkeypatch.setenv("BURJIT_CACHE_DIR", str(tmp_path))
     rng = np.random.default_rng(2)
@@ -266,8 +260,102 @@ def test_while_loop_with_an_int_counter(backend):
     _close(x, np.full(3, 32.0))
 
 
-def test_gradients_through_a_loop_of_several_dtypes_refuse_too():
-    def f(x):
+def test_gradients_through_a_loop_of_several_dtypes_or_a_while_loop_refuse():
+    def mixed(x):
         n, y = burjit.fori_loop(0, 3, lambda i, c: (c[0] + 1, c[1] * c[1]), (np.int64(0), x))
         return F.sum(y)
-    _error(burjit.grad(f), np.ones(2), match="gradients through a loop")
+    _error(burjit.grad(mixed), np.ones(2), match="gradients through a loop")
+
+    def until(x):
+        return F.sum(burjit.while_loop(lambda c: F.sum(c) < 10.0, lambda c: c * 2.0, x))
+    _error(burjit.grad(until), np.ones(2), match="while_loop has no trip count")
+
+
+# -- reverse mode through loops (burjit/loop_reverse.py) ----------------------------------------
+
+def _rnn(reverse):
+    def f(w, u, xs):
+        def cell(h, x):
+            h2 = F.tanh(h * w + x * u)
+            return h2, F.sum(h2 * h2)
+        h, ys = burjit.scan(cell, w * 0.0, xs, reverse=reverse)
+        return F.sum(h) + F.sum(ys * ys)
+
+    def unrolled(w, u, xs):
+        h, ys = w * 0.0, []
+        for k in (reversed(range(xs.shape[0])) if reverse else range(xs.shape[0])):
+            h = F.tanh(h * w + xs[k] * u)
+            ys.append(F.sum(h * h))
+        return F.sum(h) + sum(y * y for y in ys)
+    return f, unrolled
+
+
+def _fd(f, args, k, eps=1e-6):
+    """Central finite differences of scalar f in argument k."""
+    out = np.zeros_like(args[k])
+    for j in np.ndindex(args[k].shape):
+        hi, lo = [a.copy() for a in args], [a.copy() for a in args]
+        hi[k][j] += eps
+        lo[k][j] -= eps
+        out[j] = (f(*hi) - f(*lo)) / (2 * eps)
+    return out
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("tier", TIERS)
+def test_grad_through_scan_equals_unrolled_and_finite_differences(backend, tier, reverse):
+    f, unrolled = _rnn(reverse)
+    rng = np.random.default_rng(3)
+    args = [rng.normal(size=3), rng.normal(size=3), rng.normal(size=(5, 3))]
+    g = burjit.compile(burjit.grad(f, argnums=(0, 1, 2)), backend=backend, tier=tier)(*args)
+    _close(g, burjit.compile(burjit.grad(unrolled, argnums=(0, 1, 2)), backend=backend, tier=tier)(*args))
+    value = burjit.compile(f, backend="reference")
+    for k in range(3):
+        np.testing.assert_allclose(g[k], _fd(lambda *a: float(value(*a)), args, k), rtol=1e-6, atol=1e-8)
+
+
+def test_grad_through_an_unrolled_optimiser_with_respect_to_the_start(backend, monkeypatch):
+    """fori_loop of SGD steps on a quadratic, differentiated w.r.t. the starting point and a
+    captured scale: meta-gradients, checked against the same loop unrolled in Python (under
+    the poisoned arena: the stored carries and the adjoint's carry must not overlap)."""
+    monkeypatch.setenv("BURJIT_POISON_ARENA", "1")
+    target = np.array([1.0, -2.0, 0.5])
+
+    def inner(p, s):
+        return F.sum(s * (p - target) ** 2)
+
+    def after(p0, s, unroll):
+        def step(i, p):
+            return p - 0.1 * burjit.grad(inner)(p, s)
+        p = p0
+        if unroll:
+            for i in range(4):
+                p = step(i, p)
+        else:
+            p = burjit.fori_loop(0, 4, step, p0)
+        return F.sum(p * p) + F.sum(s * p)
+    args = (np.array([0.3, 0.2, -0.1]), np.array([1.0, 2.0, 0.5]))
+    g = burjit.compile(burjit.grad(lambda p, s: after(p, s, False), argnums=(0, 1)), backend=backend)(*args)
+    _close(g, burjit.compile(burjit.grad(lambda p, s: after(p, s, True), argnums=(0, 1)), backend=backend)(*args))
+
+
+def test_grad_through_nested_loops_and_a_tuple_carry(backend):
+    def f(a, b):
+        def outer(c, _):
+            x, y = c
+            x = burjit.fori_loop(0, 2, lambda i, z: F.tanh(z) * y, x)
+            return (x + y, y * 0.9), F.sum(x)
+        (x, y), s = burjit.scan(outer, (a, b), None, length=3)
+        return F.sum(x * y) + F.sum(s)
+
+    def unrolled(a, b):
+        x, y, total = a, b, 0.0
+        for _ in range(3):
+            for _ in range(2):
+                x = F.tanh(x) * y
+            total = total + F.sum(x)
+            x, y = x + y, y * 0.9
+        return F.sum(x * y) + total
+    args = (np.array([0.2, -0.4]), np.array([1.1, 0.7]))
+    g = burjit.compile(burjit.grad(f, argnums=(0, 1)), backend=backend)(*args)
+    _close(g, burjit.compile(burjit.grad(unrolled, argnums=(0, 1)), backend=backend)(*args))
