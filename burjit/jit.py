@@ -192,7 +192,12 @@ class CompiledFunction:
         if not all(type(x) is np.ndarray or isinstance(x, np.generic)
                    for td, a in zip(trees, args) for x in pytree.flatten(a)[0]):
             return None
-        scope = {"run": make(entry.rebuild, _MISMATCH), "M": _MISMATCH}
+        given = self._returned_whole(entry, trees)
+        if given:  # run returns the outputs list; the result places the donated arguments given back
+            scope = {"run": make(None, _MISMATCH), "M": _MISMATCH,
+                     "R": pytree.unflattener(entry.out_tree, {m: f"a[{d}]" for m, d in given.items()})}
+        else:
+            scope = {"run": make(entry.rebuild, _MISMATCH), "M": _MISMATCH}
         lines, items = [f"if len(a) != {len(args)}: return M"], []
         for i, td in enumerate(trees):  # a leaf argument goes in as it is: the entry checks its type
             if td == pytree.LEAF:
@@ -201,10 +206,33 @@ class CompiledFunction:
             scope[f"f{i}"] = pytree.flattener(td, leaves_checked=False)
             lines += [f"l{i} = f{i}(a[{i}])", f"if l{i} is None: return M"]
             items.append(f"*l{i}")
-        lines.append(f"return run([{', '.join(items)}])")
+        if given:
+            lines += [f"o = run([{', '.join(items)}])", "return M if o is M else R(o, a)"]
+        else:
+            lines.append(f"return run([{', '.join(items)}])")
         exec("def fast(a):\n    " + "\n    ".join(lines), scope)  # noqa: S102 (names and ints only)
         entry.fast = scope["fast"]
         return entry.fast
+
+    def _returned_whole(self, entry, trees):
+        """{top-level result position m: donated argument d} where the step returns argument d
+        whole: the same structure, each leaf the donated input leaf it was updated into. On the
+        fast path those leaves are the caller's own arrays, so the result holds the caller's
+        container itself: rebuilding a GPT's 60 parameter dicts per call cost as much as the
+        rest of the call."""
+        out = entry.out_tree
+        if out == pytree.LEAF or out[0] not in ("tuple", "list"):
+            return {}
+        starts = np.cumsum([0] + [pytree.num_leaves(td) for td in trees]).tolist()
+        donated, aliases, given, at = set(self._positions(len(trees))[1]), entry.graph.aliases, {}, 0
+        for m, td in enumerate(out[2]):
+            n = pytree.num_leaves(td)
+            for d in donated - set(given.values()):
+                if td == trees[d] and all(aliases.get(at + t) == starts[d] + t for t in range(n)):
+                    given[m] = d
+                    break
+            at += n
+        return given
 
     def _signature(self, args):
         """Cache key and input arrays. On the hot path: dtype support is checked when tracing."""

@@ -93,11 +93,25 @@ def top_level(treedef):
     return [treedef]
 
 
-def unflattener(treedef):
-    """A function leaves -> tree for one treedef, generated once: rebuilding results is per-call work."""
+def unflattener(treedef, given=None):
+    """A function leaves -> tree for one treedef, generated once: rebuilding results is per-call work.
+
+    given: {index of a child of a top-level tuple or list: the expression, over the second
+    argument `a`, of an object to place there as it is} (its leaves are skipped): the function
+    is then (leaves, a) -> tree."""
     consts = []
 
-    def expr(td, counter):
+    def expr(td, counter, top=False):
+        if top and td[0] in ("tuple", "list"):
+            items = []
+            for j, ch in enumerate(td[2]):
+                if j in given:
+                    counter[0] += num_leaves(ch)
+                    items.append(given[j])
+                else:
+                    items.append(expr(ch, counter))
+            body = ", ".join(items)
+            return f"({body},)" if td[0] == "tuple" and len(items) == 1 else f"({body})" if td[0] == "tuple" else f"[{body}]"
         if td == LEAF:
             counter[0] += 1
             return f"o[{counter[0] - 1}]"
@@ -123,8 +137,9 @@ def unflattener(treedef):
         consts.append(k)
         return f"c[{len(consts) - 1}]"
 
-    source = expr(treedef, [0])
-    return eval(f"lambda o: {source}", {"c": consts})
+    if given:
+        return eval(f"lambda o, a: {expr(treedef, [0], top=True)}", {"c": consts})  # noqa: S307 (names and ints only)
+    return eval(f"lambda o: {expr(treedef, [0])}", {"c": consts})  # noqa: S307 (names and ints only)
 
 
 _CONTAINERS = (dict, list, tuple, type(None))

@@ -90,7 +90,9 @@ class Lowering:
         # then, per input, the addresses of its dtype and numpy scalar type, which the entry
         # checks inputs against (process-local: written by the executable, never baked in)
         self.expect_offset = _align(at + 8 * len(self.bodies))
-        self.arena_bytes = self.expect_offset + 16 * self.n_in
+        # then the input addresses of the last call whose donated inputs overlapped nothing
+        self.verified_offset = self.expect_offset + 16 * self.n_in
+        self.arena_bytes = self.verified_offset + 8 * self.n_in
 
     # -- buffers --------------------------------------------------------------------------------
     def ref(self, node):
@@ -238,7 +240,7 @@ class Lowering:
         if g.inputs:
             self._input_checks(b, args, argv, donated, field, check)
         if donated:
-            self._overlaps(b, argv, sorted(donated), check)
+            self._overlaps(b, argv, arena, sorted(donated), check)
         outs = field(args[1], at.list_items)
         for j in range(self.n_out):
             b.store(field(b.load(b.gep(outs, [I64(j)], source_etype=PTR), typ=PTR), at.array_data),
@@ -321,46 +323,90 @@ class Lowering:
         b.cbranch(b.icmp_unsigned("<", step, I64(len(shapes))), loop, done)
         b.position_at_end(done)
 
-    def _overlaps(self, b, argv, donated, check):
-        """check(cond, then) fails if a donated input's bytes overlap another input's: a loop over
-        (donated, input) pairs, comparing byte ranges (views are caught, not just repeats)."""
+    def _overlaps(self, b, argv, arena, donated, check):
+        """check(cond, then) fails if a donated input's bytes overlap another input's (views are
+        caught, not just repeats). The inputs' addresses of the last call that passed are kept
+        in the arena: where every donated input is where it was (a training loop passes back
+        the parameters it was given), only the inputs that moved are compared with the donated
+        ones, else every (donated, input) pair is."""
         g, fn = self.graph, b.function
+        n = len(g.inputs)
         size = [g.nbytes(n) for n in g.inputs]
-        sizes, which = (constant_global(self.mod, name, np.asarray(values, np.int64).tobytes(), 8)
-                        for name, values in (("input_bytes", size), ("donated_inputs", donated)))
-        start = b.block
-        outer, inner, tail = (fn.append_basic_block(f"overlap_{x}") for x in ("outer", "inner", "next"))
-        b.branch(outer)
-        b.position_at_end(outer)
-        d = b.phi(I64)
-        d.add_incoming(I64(0), start)
+        others = [k for k in range(n) if k not in set(donated)]
+        sizes, which, rest = (constant_global(self.mod, name, np.asarray(values, np.int64).tobytes(), 8)
+                              for name, values in (("input_bytes", size), ("donated_inputs", donated),
+                                                   ("other_inputs", others or [0])))
+        verified = b.gep(arena, [I64(self.verified_offset)], source_etype=I8)
+
+        def address(table, k):
+            return b.ptrtoint(b.load(b.gep(table, [k], source_etype=PTR), typ=PTR), I64)
 
         def span(k):
-            lo = b.ptrtoint(b.load(b.gep(argv, [k], source_etype=PTR), typ=PTR), I64)
+            lo = address(argv, k)
             return lo, b.add(lo, b.load(b.gep(sizes, [k], source_etype=I64), typ=I64))
-        k = b.load(b.gep(which, [d], source_etype=I64), typ=I64)
-        lo_k, hi_k = span(k)
-        b.branch(inner)
-        b.position_at_end(inner)
-        j, count = b.phi(I64), b.phi(I64)
-        j.add_incoming(I64(0), outer)
-        count.add_incoming(I64(0), outer)
-        lo_j, hi_j = span(j)
-        hit = b.and_(b.icmp_unsigned("<", lo_j, hi_k), b.icmp_unsigned("<", lo_k, hi_j))
-        more = b.add(count, b.zext(hit, I64))
-        step = b.add(j, I64(1))
-        j.add_incoming(step, inner)
-        count.add_incoming(more, inner)
-        b.cbranch(b.icmp_unsigned("<", step, I64(len(size))), inner, tail)
-        b.position_at_end(tail)
-        itself = b.zext(b.icmp_unsigned("<", lo_k, hi_k), I64)  # an empty buffer overlaps nothing
-        again, done = fn.append_basic_block("overlap_again"), fn.append_basic_block("overlap_done")
-        check(b.icmp_unsigned("==", more, itself), again)
-        b.position_at_end(again)
-        following = b.add(d, I64(1))
-        d.add_incoming(following, again)
-        b.cbranch(b.icmp_unsigned("<", following, I64(len(donated))), outer, done)
+
+        def loop(name, count, body):
+            """for i in range(count): body(i) -> (blocks that continue, a flag); returns the OR of flags."""
+            before, head = b.block, fn.append_basic_block(name)
+            b.branch(head)
+            b.position_at_end(head)
+            i, acc = b.phi(I64), b.phi(I1)
+            i.add_incoming(I64(0), before)
+            acc.add_incoming(I1(0), before)
+            flag = b.or_(acc, body(i))
+            step = b.add(i, I64(1))
+            i.add_incoming(step, b.block)
+            acc.add_incoming(flag, b.block)
+            after = fn.append_basic_block(name + "_done")
+            b.cbranch(b.icmp_unsigned("<", step, I64(count)), head, after)
+            b.position_at_end(after)
+            return flag
+
+        def moved(table, i):  # input table[i] is not where the last verified call had it
+            k = b.load(b.gep(table, [i], source_etype=I64), typ=I64)
+            return b.icmp_unsigned("!=", address(argv, k), address(verified, k))
+
+        def overlaps(k):  # donated input k overlaps another input
+            lo_k, hi_k = span(k)
+
+            def hit(j):
+                lo_j, hi_j = span(j)
+                return b.and_(b.icmp_unsigned("!=", j, k),
+                              b.and_(b.icmp_unsigned("<", lo_j, hi_k), b.icmp_unsigned("<", lo_k, hi_j)))
+            return loop("overlap_inner", n, hit)
+        full, partial, done = (fn.append_basic_block(f"overlap_{x}") for x in ("full", "partial", "done"))
+        b.cbranch(loop("donated_moved", len(donated), lambda i: moved(which, i)), full, partial)
+        b.position_at_end(full)
+        check(b.not_(loop("overlap_all", len(donated), lambda d: overlaps(
+            b.load(b.gep(which, [d], source_etype=I64), typ=I64)))), done)
+        b.position_at_end(partial)
+        if others:
+            def other_clashes(i):
+                j = b.load(b.gep(rest, [i], source_etype=I64), typ=I64)
+                lo_j, hi_j = span(j)
+                clash = fn.append_basic_block("overlap_moved")
+                after = fn.append_basic_block("overlap_kept")
+                was = b.block
+                b.cbranch(moved(rest, i), clash, after)
+                b.position_at_end(clash)
+
+                def hit(d):
+                    lo_k, hi_k = span(b.load(b.gep(which, [d], source_etype=I64), typ=I64))
+                    return b.and_(b.icmp_unsigned("<", lo_j, hi_k), b.icmp_unsigned("<", lo_k, hi_j))
+                found = loop("overlap_some", len(donated), hit)
+                end = b.block
+                b.branch(after)
+                b.position_at_end(after)
+                result = b.phi(I1)
+                result.add_incoming(I1(0), was)
+                result.add_incoming(found, end)
+                return result
+            check(b.not_(loop("overlap_others", len(others), other_clashes)), done)
+        else:
+            b.branch(done)
         b.position_at_end(done)
+        for k in range(n):  # verified: these addresses overlap as checked
+            b.store(b.load(b.gep(argv, [I64(k)], source_etype=PTR), typ=PTR), b.gep(verified, [I64(k)], source_etype=PTR))
 
     def _main_ptr(self, b, ref):
         if ref[0] == "global":

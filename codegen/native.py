@@ -131,7 +131,7 @@ class NativeExecutable(_Lowered):
         self._argv[low.arena_slot] = self._arena.ctypes.data
         self._status = self._arena[low.status_offset:low.status_offset + 4].view(np.int32)
         kinds = [np.dtype(g[n]["dtype"]) for n in g.inputs]  # the entry checks inputs against these
-        self._arena[low.expect_offset:low.arena_bytes].view(np.uint64)[:] = [v for d in kinds for v in (id(d), id(d.type))]
+        self._arena[low.expect_offset:low.verified_offset].view(np.uint64)[:] = [v for d in kinds for v in (id(d), id(d.type))]
         self._new_outputs = _output_maker(g)
         self._lock = threading.Lock()
         if low.static_error or low.backup or not low.offsets:

@@ -256,3 +256,40 @@ def test_a_traced_value_on_the_fast_path_is_refused():
     _warm(inner, np.ones(2))
     with pytest.raises(burjit.TracingError, match="traced values"):
         burjit.compile(lambda x: inner(x))(np.ones(2))
+
+
+def test_a_donated_argument_returned_whole_comes_back_as_the_callers_container():
+    """On the fast path a result that is a donated argument, leaf for leaf, is the caller's own
+    container (its arrays were updated in place); any other result is built fresh."""
+    step = burjit.compile(lambda p, x: ({k: p[k] * x for k in p}, [p["a"] + 1.0], F.sum(x)), donate_argnums=0)
+    p, x = {"a": np.ones(3), "b": np.arange(3.0)}, np.full(3, 2.0)
+    _warm(step, {"a": np.ones(3), "b": np.arange(3.0)}, x)
+    for k in range(1, 4):
+        q, others, total = step(p, x)
+        assert q is p and total == 6.0
+        np.testing.assert_array_equal(p["a"], np.full(3, 2.0 ** k))
+        np.testing.assert_array_equal(p["b"], np.arange(3.0) * 2.0 ** k)
+        np.testing.assert_array_equal(others[0], np.full(3, 2.0 ** (k - 1) + 1.0))
+    swapped = burjit.compile(lambda p: {"a": p["b"] * 1.0, "b": p["a"] * 1.0}, donate_argnums=0)
+    p = {"a": np.ones(2), "b": np.zeros(2)}
+    _warm(swapped, {"a": np.ones(2), "b": np.zeros(2)})
+    out = swapped(p)
+    assert out is not p and np.array_equal(out["a"], np.zeros(2)) and np.array_equal(out["b"], np.ones(2))
+
+
+def test_overlap_checks_hold_when_the_donated_inputs_stay_and_others_move():
+    """The entry re-checks only inputs that moved since the last good call: a view of a donated
+    array passed where another array was is still refused, and so is a donated array moved
+    onto another argument's memory."""
+    step = burjit.compile(lambda w, x, y: (w + x + y, F.sum(x)), donate_argnums=0)
+    w, x, y = np.zeros(4), np.ones(4), np.ones(4)
+    _warm(step, w, x, y)
+    step(w, x, y)
+    for bad in ((w, x, w[:]), (w, w.reshape(2, 2).ravel(), y)):
+        with pytest.raises(ValueError, match="shares memory"):
+            step(*bad)
+    big = np.zeros(8)
+    with pytest.raises(ValueError, match="shares memory"):
+        step(big[:4], big[2:6], y)
+    out, _ = step(w, np.ones(4), y)
+    assert out is w and np.array_equal(w, np.full(4, 8.0))  # four good calls of w + 1 + 1; the refused ones wrote nothing
