@@ -31,9 +31,10 @@ PACKED = "int64"  # the vector's dtype when the leaves' dtypes differ: each leaf
 class Body:
     """A loop body: its graph and how the loop node's operands and value map onto it."""
 
-    def __init__(self, graph, length, start, reverse, n_carry, n_xs, dtype, leaves, src):
+    def __init__(self, graph, length, start, reverse, n_carry, n_xs, dtype, leaves, src, role="loop"):
         self.graph, self.length, self.start, self.reverse = graph, length, start, reverse
         self.n_carry, self.n_xs, self.dtype, self.src = n_carry, n_xs, dtype, src
+        self.role = role  # "loop", or what reverse mode made it for: "residuals", "adjoint" (loop_reverse.py)
         self.leaves = leaves  # per output leaf (carry, then ys): (offset, shape, dtype) in the loop's vector
         last = leaves[-1] if leaves else (0, (0,), dtype)
         self.size = last[0] + (math.prod(last[1]) if dtype != PACKED else -(-math.prod(last[1]) * P.ITEMSIZE[last[2]] // 8))
@@ -116,7 +117,7 @@ def _outer(src, name):
     return outer
 
 
-def _loop(f, init, xs, length, reverse, start, src, name, cond=None, proceed=None, outer=None):
+def _loop(f, init, xs, length, reverse, start, src, name, cond=None, proceed=None, outer=None, role="loop"):
     """The loop node of `f(index, carry, x) -> (carry, y)`. A while loop (cond given) has no
     length: its body also computes cond(new carry), as the vector's last element, and its
     node reads `proceed`, cond(init), to know whether to run at all."""
@@ -151,7 +152,7 @@ def _loop(f, init, xs, length, reverse, start, src, name, cond=None, proceed=Non
     sizes = [math.prod(s) if dtype != PACKED else -(-math.prod(s) * P.ITEMSIZE[d] // 8) for s, d in zip(shapes, dtypes)]
     offsets = np.cumsum([0] + sizes).tolist()
     spec = Body(body.graph, length, start, reverse, len(carry0), len(xs0), dtype,
-                list(zip(offsets, shapes, dtypes)), src)
+                list(zip(offsets, shapes, dtypes)), src, role)
     operands = [t.node for t in carry0 + xs0 + ([proceed] if cond else [])] + captures
     graph = outer.graph
     node = graph.add("loop", operands, (spec.size,), dtype, {"body": spec}, src)

@@ -18,9 +18,14 @@ mechanism; while_loop (no trip count) and carries of several dtypes refuse clear
 import numpy as np
 
 from . import primitives as P
-from .control import _unpack, scan
+from .control import _loop, _unpack
 from .errors import TracingError
 from .tracer import bind, current_trace, describe, lift
+
+
+def _scan(f, init, xs, body, role, reverse):
+    """scan(f, init, xs, reverse=reverse), its loop node marked as made for `body`'s `role`."""
+    return _loop(lambda i, c, x: f(c, x), init, xs, None, reverse, 0, body.src, "scan", role=role)
 
 
 def replay(graph, args):
@@ -54,7 +59,7 @@ def vjp(F, g, out, operands, needs, attrs):
     def forward(c, row):
         i, x = row
         return tuple(replay(body.graph, list(c) + [i] + list(x) + caps)[:nc]), c
-    _, carries = scan(forward, tuple(carry0), (index, tuple(xs)), reverse=body.reverse)
+    _, carries = _scan(forward, tuple(carry0), (index, tuple(xs)), body, "residuals", body.reverse)
 
     def adjoint(acc, row):
         ct_carry, ct_caps = acc
@@ -70,7 +75,7 @@ def vjp(F, g, out, operands, needs, attrs):
         d_caps = tuple(a + d for a, d in zip(ct_caps, grads[nc + len(float_x):]))
         return (tuple(grads[:nc]), d_caps), tuple(grads[nc:nc + len(float_x)])
     zeros = tuple(F.zeros_like(caps[k]) for k in float_caps)
-    (ct_init, ct_caps), ct_xs = scan(adjoint, (tuple(cts[:nc]), zeros),
-                                     (index, carries, tuple(xs), tuple(cts[nc:])), reverse=not body.reverse)
+    (ct_init, ct_caps), ct_xs = _scan(adjoint, (tuple(cts[:nc]), zeros),
+                                      (index, carries, tuple(xs), tuple(cts[nc:])), body, "adjoint", not body.reverse)
     d_xs, d_caps = dict(zip(float_x, ct_xs)), dict(zip(float_caps, ct_caps))
     return list(ct_init) + [d_xs.get(k) for k in range(len(xs))] + [d_caps.get(k) for k in range(len(caps))]

@@ -83,7 +83,8 @@ class _Lowered:
         report.update(arena_allocated=low.arena_bytes, staging_bytes=low.staging_bytes, scratch_bytes=low.scratch_bytes,
                       tape_bytes=low.tape_bytes,
                       kernels=len(self.graph.meta["schedule"]), locations=dict(plan.location),
-                      bodies={n: b.memory_plan() for n, b in self.bodies.items()})  # arenas every iteration reuses
+                      bodies={n: b.memory_plan() for n, b in self.bodies.items()},  # arenas every iteration reuses
+                      loops={n: _loop_report(self.graph, n, b) for n, b in self.bodies.items()})
         return report
 
 
@@ -274,6 +275,14 @@ def _key_parts(graph, low):
     return (graph.fingerprint(), [tuple(g) for g in graph.meta["schedule"]], sorted(plan.location.items()),
             plan.arena_bytes, literals, low.poison, low.offsets, graph.meta.get("donated"),
             [(gi, t.per_run, t.table) for gi, t in sorted(low.tapes.items())], engine.host_identity())
+
+
+def _loop_report(graph, node, body):
+    """What loop `node` holds in memory: its vector (final carry and stacked outputs: for a
+    reverse-mode "residuals" loop, the carry of every iteration) and its body's arena."""
+    spec = graph[node]["attrs"]["body"]
+    return dict(role=spec.role, src=graph[node].get("src"), iterations=spec.length,
+                vector_bytes=graph.nbytes(node), body_arena_bytes=body.lowering.arena_bytes)
 
 
 def _loops(graph):

@@ -359,3 +359,15 @@ def test_grad_through_nested_loops_and_a_tuple_carry(backend):
     args = (np.array([0.2, -0.4]), np.array([1.1, 0.7]))
     g = burjit.compile(burjit.grad(f, argnums=(0, 1)), backend=backend)(*args)
     _close(g, burjit.compile(burjit.grad(unrolled, argnums=(0, 1)), backend=backend)(*args))
+
+
+def test_memory_plan_states_what_reverse_mode_stores():
+    f, _ = _rnn(False)
+    rng = np.random.default_rng(4)
+    args = [rng.normal(size=3), rng.normal(size=3), rng.normal(size=(7, 3))]
+    loops = burjit.compile(burjit.grad(f, argnums=(0, 1, 2))).memory_plan(*args)["loops"]
+    roles = sorted(r["role"] for r in loops.values())
+    assert roles == ["adjoint", "loop", "residuals"], loops
+    (stored,) = [r for r in loops.values() if r["role"] == "residuals"]
+    assert stored["iterations"] == 7 and stored["vector_bytes"] == 8 * (3 + 7 * 3)  # final carry, then 7 carries
+    assert all(r["body_arena_bytes"] > 0 and "test_loops.py" in r["src"] for r in loops.values())
