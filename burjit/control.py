@@ -34,7 +34,8 @@ class Body:
     def __init__(self, graph, length, start, reverse, n_carry, n_xs, dtype, leaves, src, role="loop"):
         self.graph, self.length, self.start, self.reverse = graph, length, start, reverse
         self.n_carry, self.n_xs, self.dtype, self.src = n_carry, n_xs, dtype, src
-        self.role = role  # "loop", or what reverse mode made it for: "residuals", "adjoint" (loop_reverse.py)
+        self.role = role  # "loop", or "adjoint": reverse mode's (loop_reverse.py)
+        self.stored = None  # where reverse mode made it store its carries: their first leaf's index
         self.leaves = leaves  # per output leaf (carry, then ys): (offset, shape, dtype) in the loop's vector
         last = leaves[-1] if leaves else (0, (0,), dtype)
         self.size = last[0] + (math.prod(last[1]) if dtype != PACKED else -(-math.prod(last[1]) * P.ITEMSIZE[last[2]] // 8))

@@ -1,31 +1,55 @@
 """Reverse mode through a loop node (control.py): the adjoint is a reverse scan over stored carries.
 
-For `scan` and `fori_loop` with a fixed trip count n, the VJP of the loop node is two loops
-traced into the same graph, each an ordinary loop node:
-  1. residuals: the body replayed forward from the initial carry, stacking the carry that
-     enters each iteration (n x the carry's size: all the adjoint needs, as every other value
-     of an iteration is recomputed from it; `memory_plan()` shows it as that loop's vector);
+For `scan` and `fori_loop` with a fixed trip count n, the VJP of the loop node:
+  1. residuals: the loop itself is made to store the carry entering each iteration, stacked
+     after its own outputs (n x the carry's size: all the adjoint needs, as every other value
+     of an iteration is recomputed from it; `memory_plan()["loops"]` states the bytes);
   2. the adjoint: a scan in the opposite order whose carry is the cotangent of the carry (and
      the cotangents of the captured outer values, summed over iterations), and whose body
      replays one iteration from its stored carry and differentiates it (autodiff.backward of
      the sum of each output times its cotangent), stacking the cotangent of each row of xs.
 The body is replayed by binding its graph's nodes again (`replay`), so the adjoint is built from
-the registry's VJP rules like any other. Each iteration's forward runs three times (the loop
-itself, the residual loop, the adjoint's replay): a cost in time traded for memory and for one
-mechanism; while_loop (no trip count) and carries of several dtypes refuse clearly.
+the registry's VJP rules like any other. Each iteration's forward so runs twice (the loop, the
+adjoint's replay): time traded for memory, with one mechanism; while_loop (no trip count) and
+carries of several dtypes refuse clearly.
 """
+
+import math
 
 import numpy as np
 
 from . import primitives as P
-from .control import _loop, _unpack
+from . import region
+from .control import Body, _loop, _unpack
 from .errors import TracingError
-from .tracer import bind, current_trace, describe, lift
+from .tracer import Tracer, bind, current_trace, describe, lift
 
 
 def _scan(f, init, xs, body, role, reverse):
     """scan(f, init, xs, reverse=reverse), its loop node marked as made for `body`'s `role`."""
     return _loop(lambda i, c, x: f(c, x), init, xs, None, reverse, 0, body.src, "scan", role=role)
+
+
+def _stored_carries(out):
+    """The carry entering each iteration of loop node `out`, stacked by row: the loop itself is
+    made to store them, as more outputs of its body (the carry inputs) after its own, so the
+    slices that read its vector stay valid. A second gradient of the same loop reuses them."""
+    graph, node = out.trace.graph, out.node
+    body = graph[node]["attrs"]["body"]
+    if body.stored is None:
+        nc, g = body.n_carry, body.graph.annotated()  # its nodes may be another loop node's too (a replayed body's)
+        g.outputs = g.outputs + g.inputs[:nc]
+        leaves, at = list(body.leaves), body.size
+        for off, shape, d in body.leaves[:nc]:
+            leaves.append((at, (body.length,) + shape, d))
+            at += body.length * math.prod(shape)
+        stored = Body(g, body.length, body.start, body.reverse, nc, body.n_xs, body.dtype, leaves, body.src, body.role)
+        stored.stored = len(body.leaves)
+        graph[node]["attrs"] = {**graph[node]["attrs"], "body": stored}
+        graph[node]["shape"] = (stored.size,)
+        body = stored
+    vec = Tracer(out.trace, node, (body.size,), body.dtype)
+    return tuple(_unpack(vec, off, shape, d) for off, shape, d in body.leaves[body.stored:])
 
 
 def replay(graph, args):
@@ -34,7 +58,9 @@ def replay(graph, args):
     for n in graph.topo():
         if n not in env:
             a = graph[n]
-            env[n] = bind(a["op"], [env[o] for o in graph.operands(n)], **a["attrs"])
+            operands = [env[o] for o in graph.operands(n)]
+            # a scalar region's records name nodes of the graph they were traced in: bind them one by one
+            env[n] = region.rebind(a["attrs"], operands) if a["op"] == "region" else bind(a["op"], operands, **a["attrs"])
     return [env[o] for o in graph.outputs]
 
 
@@ -56,10 +82,7 @@ def vjp(F, g, out, operands, needs, attrs):
     float_x = [k for k, x in enumerate(xs) if x.dtype in P.FLOATS]
     float_caps = [k for k, c in enumerate(caps) if c.dtype in P.FLOATS]
 
-    def forward(c, row):
-        i, x = row
-        return tuple(replay(body.graph, list(c) + [i] + list(x) + caps)[:nc]), c
-    _, carries = _scan(forward, tuple(carry0), (index, tuple(xs)), body, "residuals", body.reverse)
+    carries = _stored_carries(out)
 
     def adjoint(acc, row):
         ct_carry, ct_caps = acc

@@ -213,6 +213,24 @@ def _open(trace, dtype):
     return Region(trace, dtype) if r is None else r
 
 
+def rebind(attrs, operands):
+    """A region node's value bound again in the current trace, record by record over `operands`
+    (Tracers for its imports): how a loop's body is replayed (loop_reverse.py), the ops landing
+    in the current trace's own region or nodes as any traced op does."""
+    from . import ops as F
+    r, vals = attrs["region"], []
+    for v in range(max(attrs["outputs"], default=-1) + 1):
+        op, op_attrs, dtype, _ = KINDS[r.kinds[v]]
+        args = r.args(v)
+        if op == IMPORT:
+            vals.append(operands[args[0]])
+        elif op == CONST:
+            vals.append(F.bind("const", [], value=r.values[v], shape=(), dtype=dtype))
+        else:
+            vals.append(F.bind(op, [vals[k] for k in args], **op_attrs))
+    return F.concatenate([F.reshape(vals[w], (1,)) for w in attrs["outputs"]])
+
+
 def reverse(r, top, seeds, import_needs):
     """Cotangents of r's imports (a RegionTracer or None each), from records [0, top) of the open
     region r walked back from `seeds` (value -> cotangent, values of r): adjoint records go into r.

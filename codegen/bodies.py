@@ -31,6 +31,8 @@ def argv_bytes(body):
 def emit(low, b, node):
     """The driver code of loop node `node` of Lowering `low`, at builder b."""
     g, spec, body = low.graph, low.graph[node]["attrs"]["body"], low.bodies[node]
+    if len(spec.graph.outputs) != len(spec.leaves):  # a broken invariant must not write past the vector
+        raise AssertionError(f"loop {node}: its body has {len(spec.graph.outputs)} outputs for {len(spec.leaves)} leaves")
     size = ITEMSIZE[spec.dtype]
     vec = low._main_ptr(b, low.ref(node))
     operands = g.operands(node)

@@ -28,6 +28,7 @@ Environment (read at build time):
 """
 
 import ctypes
+import math
 import os
 import threading
 import time
@@ -37,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from burjit.graph import collector_paused
+from burjit.primitives import ITEMSIZE
 from burjit.passes import pipeline
 
 from . import abi, cache, engine, objects
@@ -278,11 +280,13 @@ def _key_parts(graph, low):
 
 
 def _loop_report(graph, node, body):
-    """What loop `node` holds in memory: its vector (final carry and stacked outputs: for a
-    reverse-mode "residuals" loop, the carry of every iteration) and its body's arena."""
+    """What loop `node` holds in memory: its vector (final carry, stacked outputs and, once
+    reverse mode needs them, the carry entering every iteration) and its body's arena."""
     spec = graph[node]["attrs"]["body"]
+    stored = spec.leaves[spec.stored:] if spec.stored is not None else []
     return dict(role=spec.role, src=graph[node].get("src"), iterations=spec.length,
-                vector_bytes=graph.nbytes(node), body_arena_bytes=body.lowering.arena_bytes)
+                vector_bytes=graph.nbytes(node), body_arena_bytes=body.lowering.arena_bytes,
+                stored_carry_bytes=sum(math.prod(shape) * ITEMSIZE[d] for _, shape, d in stored))
 
 
 def _loops(graph):
