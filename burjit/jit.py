@@ -8,7 +8,8 @@ trace apart, and a NaN hits its own entry). Each compiled function keeps at most
 recently used one; dropping an entry frees its native code. `donate_argnums` lets the step update those arguments' arrays
 in place: an output (a top-level element of the returned tuple, or the whole result) with
 the same structure, shapes and dtypes as a donated argument is written into its buffers and
-returned as those very arrays.
+returned as those very arrays; on the fast path a donated argument returned whole is returned
+as the caller's own container.
 
 A call of the signature called last takes a fast path (`_fast_path`): one generated function
 that flattens the arguments by their known structure and hands the leaves to the native entry,
@@ -17,7 +18,8 @@ goes through `_signature`, the cache and, on a miss, tracing.
 
 A backend is `build(graph) -> executable`, with `executable(inputs) -> outputs` (lists of
 arrays). It must raise before writing anything when a step fails. Its executable may offer
-`fast_path(rebuild, mismatch)`: inputs list -> rebuild(outputs), or `mismatch` with nothing run.
+`fast_path(rebuild, mismatch, prelude)`: the arguments -> rebuild(outputs, arguments), or
+`mismatch` with nothing run, the prelude's lines making the inputs list from the arguments.
 """
 
 import collections
@@ -181,9 +183,10 @@ class CompiledFunction:
     def _fast_path(self, entry, args):
         """A function args -> the result of entry's step, or _MISMATCH, nothing run, for args of
         another signature (or None: no fast path). It flattens args as this call's flatteners
-        did (another structure is _MISMATCH) and hands the leaves to the executable's fast path,
-        whose native entry checks each leaf as _signature would. Only for steps without static
-        arguments or Python-scalar leaves, whose values are part of the signature."""
+        did (another structure is _MISMATCH) and hands the leaves to the native entry, both in
+        the one function the executable's fast_path generates; the entry checks each leaf as
+        _signature would. Only for steps without static arguments or Python-scalar leaves,
+        whose values are part of the signature."""
         make = getattr(entry.executable, "fast_path", None)
         entry.fast = None
         if make is None or self._positions(len(args))[0]:
@@ -193,12 +196,8 @@ class CompiledFunction:
                    for td, a in zip(trees, args) for x in pytree.flatten(a)[0]):
             return None
         given = self._returned_whole(entry, trees)
-        if given:  # run returns the outputs list; the result places the donated arguments given back
-            scope = {"run": make(None, _MISMATCH), "M": _MISMATCH,
-                     "R": pytree.unflattener(entry.out_tree, {m: f"a[{d}]" for m, d in given.items()})}
-        else:
-            scope = {"run": make(entry.rebuild, _MISMATCH), "M": _MISMATCH}
-        lines, items = [f"if len(a) != {len(args)}: return M"], []
+        rebuild = pytree.unflattener(entry.out_tree, {m: f"a[{d}]" for m, d in given.items()})
+        scope, lines, items = {"M": _MISMATCH}, [f"if len(a) != {len(args)}: return M"], []
         for i, td in enumerate(trees):  # a leaf argument goes in as it is: the entry checks its type
             if td == pytree.LEAF:
                 items.append(f"a[{i}]")
@@ -206,12 +205,8 @@ class CompiledFunction:
             scope[f"f{i}"] = pytree.flattener(td, leaves_checked=False)
             lines += [f"l{i} = f{i}(a[{i}])", f"if l{i} is None: return M"]
             items.append(f"*l{i}")
-        if given:
-            lines += [f"o = run([{', '.join(items)}])", "return M if o is M else R(o, a)"]
-        else:
-            lines.append(f"return run([{', '.join(items)}])")
-        exec("def fast(a):\n    " + "\n    ".join(lines), scope)  # noqa: S102 (names and ints only)
-        entry.fast = scope["fast"]
+        lines.append(f"i = [{', '.join(items)}]")
+        entry.fast = make(rebuild, _MISMATCH, prelude=(scope, lines))
         return entry.fast
 
     def _returned_whole(self, entry, trees):

@@ -97,8 +97,8 @@ def unflattener(treedef, given=None):
     """A function leaves -> tree for one treedef, generated once: rebuilding results is per-call work.
 
     given: {index of a child of a top-level tuple or list: the expression, over the second
-    argument `a`, of an object to place there as it is} (its leaves are skipped): the function
-    is then (leaves, a) -> tree."""
+    argument `a`, of an object to place there as it is} (its leaves are skipped), possibly
+    empty: the function is then (leaves, a) -> tree."""
     consts = []
 
     def expr(td, counter, top=False):
@@ -137,7 +137,7 @@ def unflattener(treedef, given=None):
         consts.append(k)
         return f"c[{len(consts) - 1}]"
 
-    if given:
+    if given is not None:
         return eval(f"lambda o, a: {expr(treedef, [0], top=True)}", {"c": consts})  # noqa: S307 (names and ints only)
     return eval(f"lambda o: {expr(treedef, [0])}", {"c": consts})  # noqa: S307 (names and ints only)
 

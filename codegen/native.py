@@ -151,16 +151,23 @@ class NativeExecutable(_Lowered):
         outs = self._lean(inputs)
         return outs if outs is not None else _CheckedExecutable.__call__(self, inputs)
 
-    def fast_path(self, rebuild, mismatch):
+    def fast_path(self, rebuild, mismatch, prelude=None):
         """A function: the list of inputs (arrays, or numpy scalars where 0-d) -> rebuild(the
         outputs list), or `mismatch`, nothing run, if an input is not of the type, shape, dtype
         and layout the step was built for (the entry checks them all: lowering.py); an index
         out of range raises IndexError. One generated function, as every Python call layer
-        costs about what the native step of a small graph does."""
+        costs about what the native step of a small graph does: with prelude = (names, lines)
+        it takes the caller's arguments `a` instead, its lines making the inputs list `i` (or
+        returning `mismatch`), and calls rebuild(outputs, a)."""
         env, outs = _outputs_display(self.graph)
         env.update(C=self._call, A=self._arena, R=rebuild, M=mismatch, fail=self._failed)
-        exec(f"def run(i):\n    o = {outs}\n    r = C(i, o, A)\n    if r is o:\n"  # noqa: S102 (names only)
-             f"        return {'R(o)' if rebuild else 'o'}\n    if r is i:\n        fail(i)\n    return M\n", env)
+        head, lines, result = "i", [], "R(o)" if rebuild else "o"
+        if prelude is not None:
+            env.update(prelude[0])
+            head, lines, result = "a", prelude[1], "R(o, a)"
+        lines = lines + [f"o = {outs}", "r = C(i, o, A)", "if r is o:", f"    return {result}", "if r is i:",
+                         "    fail(i)", "return M"]
+        exec(f"def run({head}):\n    " + "\n    ".join(lines) + "\n", env)  # noqa: S102 (names and ints only)
         return env["run"]
 
     def _failed(self, inputs):
