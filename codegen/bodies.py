@@ -1,17 +1,16 @@
 """Loop nodes (burjit/control.py) in the driver: the body is a step of its own, called once per iteration.
 
 A loop body is planned and lowered like a step (native.py's _Lowered: its own passes, plan,
-arena and kernels), and its step function is one more kernel of the step it is in: named for a
-hash of its IR text, compiled and cached with the others, called from this step's driver. The
-body's arena is an array of its own, its address written into this step's arena
-(`Lowering.loop_slots`), so no object code holds a process address. The driver copies the initial
-carry into the loop node's vector, points the body's argv at it (carry inputs and outputs alike:
-the body updates its carry in place, graph.aliases), at the index and at each capture, then per
-iteration stores the index, points argv at row i of each xs and ys leaf and calls the body; a
-nonzero code from the body (an index out of range) returns at once, as `Lowering.errors` maps it.
+arena and kernels); its step function is emitted into the driver's module (named for the step
+and the loop node) and its kernels join the step's. The body's arena is an array of its own,
+its address written into this step's arena (`Lowering.loop_slots`), so no object code holds a
+process address. The driver copies the initial carry into the loop node's vector, points the
+body's argv at it (carry inputs and outputs alike: the body updates its carry in place,
+graph.aliases), at the index and at each capture, then per iteration stores the index, points
+argv at row i of each xs and ys leaf and calls the body; a nonzero code from the body (an index
+out of range) returns at once, as `Lowering.errors` maps it.
 """
 
-import hashlib
 import math
 
 from llvmlite import ir
@@ -60,7 +59,7 @@ def emit(low, b, node):
     for c, operand in enumerate(operands[nc + nx + until:]):
         put(nc + 1 + nx + c, low._main_ptr(b, low.ref(operand)))
     put(body.arena_slot, b.load(low._main_ptr(b, ("arg", low.arena_slot, low.loop_slots[node])), typ=PTR))
-    step = declare(low.mod, _add_body(low, body), I32, [PTR])
+    step = declare(low.mod, _add_body(low, node, body), I32, [PTR])
     if spec.length == 0:
         return
     xs = [(low._main_ptr(b, low.ref(x)), g.nbytes(x) // spec.length) for x in operands[nc:nc + nx]]
@@ -97,11 +96,12 @@ def emit(low, b, node):
     b.position_at_end(done)
 
 
-def _add_body(low, body):
-    """The symbol of `body`'s step function, added with the body's own kernels to `low`'s."""
-    text = str(body.module(*low._target, symbol="body"))
-    symbol = "burjit_b" + hashlib.sha256(text.encode()).hexdigest()[:32]
+def _add_body(low, node, body):
+    """The symbol of `body`'s step function, emitted into `low`'s module (compiled with the
+    driver: a module of its own cost a compile server ~20 ms on a cold start), its kernels
+    added to `low`'s."""
+    symbol = f"{low.symbol}_loop{node}"
+    body.module(*low._target, symbol=symbol, into=low.mod)
     for k, k_text in body.kernels.items():
         low.add_kernel(k, k_text, body.calls[k])
-    low.add_kernel(symbol, text.replace('@"body"', f'@"{symbol}"', 1))
     return symbol

@@ -43,6 +43,10 @@ from .program import Program, running_totals
 from .types import I1, I8, I32, I64, constant_global, declare
 
 SYMBOL = "burjit_step"
+# Programs of at most this many elements (one vector of doubles) run in the driver: a kernel
+# module of its own costs ~2 ms of LLVM (~20 ms on a compile server's first job), which tiny
+# vector ops (a 2-element update in a loop body, say) do not repay.
+INLINE_ELEMENTS = 4
 ENTRY = "burjit_entry"
 PTR = ir.PointerType()
 _INLINE_SOURCES = ("const", "iota")
@@ -181,16 +185,22 @@ class Lowering:
         return [tuple(c) for c in copies], offset
 
     # -- emission -------------------------------------------------------------------------------
-    def module(self, triple="", data_layout="", on_kernel=None, symbol=SYMBOL):
-        """The step's module, its step function named `symbol`; on_kernel(symbol, IR text) is
-        called for each distinct kernel as soon as it exists (native.py starts compiling it then)."""
-        self.mod = ir.Module(name="burjit_step")
-        self._on_kernel = on_kernel
-        self.mod.triple, self.mod.data_layout = triple, data_layout
+    def module(self, triple="", data_layout="", on_kernel=None, symbol=SYMBOL, into=None):
+        """The step's module, its step function named `symbol` (added to module `into` if given:
+        a loop body's, bodies.py); on_kernel(symbol, IR text) is called for each distinct kernel
+        as soon as it exists (native.py starts compiling it then)."""
+        if into is None:
+            self.mod = ir.Module(name="burjit_step")
+            self.mod.triple, self.mod.data_layout = triple, data_layout
+        else:
+            self.mod = into
+        self._on_kernel, self.symbol = on_kernel, symbol
         self._globals, self._target = {}, (triple, data_layout)
         self.kernels, self.calls = {}, Counter()
         self._check = os.environ.get("BURJIT_CHECK_KERNELS") == "1"
         fn = ir.Function(self.mod, ir.FunctionType(I32, [PTR]), name=symbol)
+        if into is not None:
+            fn.linkage = "internal"  # a loop body: only its driver calls it (and may inline it)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         self._argv = argv = fn.args[0]
         self._slots = [b.load(b.gep(argv, [I64(k)], inbounds=True, source_etype=PTR), typ=PTR)
@@ -418,7 +428,7 @@ class Lowering:
         gv = self._globals.get(node)
         if gv is None:
             gv = self._globals[node] = constant_global(
-                self.mod, f"const{node}", np.ascontiguousarray(self.constant_value(node)).tobytes(), ALIGN)
+                self.mod, f"{self.symbol}_const{node}", np.ascontiguousarray(self.constant_value(node)).tobytes(), ALIGN)
         return gv
 
     def _memcpy(self, b, dst, src, n):
@@ -557,8 +567,9 @@ class Lowering:
             self._run(b, kernels.concatenate_programs(self, head))
 
     def _run(self, b, programs):
-        """Emit Programs: inline when each is one element (straight-line code), else as a kernel."""
-        if all(math.prod(p.domain) <= 1 for p in programs):
+        """Emit Programs: inline when each has at most INLINE_ELEMENTS elements (straight-line
+        code, or a loop of a few trips in the driver), else as a kernel."""
+        if all(math.prod(p.domain) <= INLINE_ELEMENTS for p in programs):
             for p in programs:
                 p.emit(b, lambda r: self._main_ptr(b, r))
             return

@@ -211,7 +211,7 @@ class NativeExecutable(_Lowered):
         object bytes, compile seconds and source ("compiled", or cached in "memory" or on "disk");
         under "tapes", each scalar group run on the tape tier (its group, records, runs of one
         opcode or None if dispatched per record, records that are fused pairs, registers). A loop
-        body's step and kernels are among the kernels (symbols burjit_b... and their callees)."""
+        body's kernels are among the kernels (its step function is in the driver)."""
         return dict(self._stats, per_kernel=[dict(k) for k in self._kernels])
 
     def dump(self, directory):

@@ -52,7 +52,7 @@ def test_server_compiles_the_same_object_code_as_this_process():
 
 def _kernel_texts():
     step = burjit.compile(burjit.value_and_grad(lambda x, w: F.sum(F.tanh(x @ w) * F.exp(w[0]))))
-    exe = step.lower(np.ones((4, 3)), np.ones((3, 2))).executable
+    exe = step.lower(np.ones((8, 6)), np.ones((6, 4))).executable  # above codegen's INLINE_ELEMENTS: kernels
     exe._emitted()  # the kernels' IR exists once the step's is emitted (not on a cache hit before)
     return list(exe.lowering.kernels.values())
 

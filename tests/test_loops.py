@@ -173,7 +173,7 @@ def test_a_loop_step_loads_from_the_disk_cache_with_its_body(tmp_path, monkeypat
     del first
     b = second(p, xs, ys)
     stats = second.stats(p, xs, ys)
-    assert stats["from_cache"] and any(k["symbol"].startswith("burjit_b") for k in stats["per_kernel"])
+    assert stats["from_cache"] and stats["kernel_functions"] > 0  # the body's kernels (its step is in the driver)
     _close(a, b)
 
 

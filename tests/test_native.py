@@ -148,7 +148,7 @@ def test_kernel_identity_check_catches_two_kernels_under_one_identity(monkeypatc
     monkeypatch.setattr(lowering, "_KNOWN", {})
     monkeypatch.setattr(Program, "signature", lambda self, slot: "one identity for every program")
     with pytest.raises(AssertionError, match="stands for two different kernels"):
-        build(_graph(lambda a, b: (F.exp(a), F.tanh(b)), np.ones(8), np.ones(8)))
+        build(_graph(lambda a, b: (F.exp(a), F.tanh(b)), np.ones(16), np.ones(16)))  # kernels: past INLINE_ELEMENTS
 
 
 # -- index errors: raise before anything a caller can see is written ------------------------------
