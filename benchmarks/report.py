@@ -90,7 +90,8 @@ METHOD = """\
 - peak RSS: the whole worker process's high-water RSS (VmHWM: Python, numpy, the framework's
   import, build, compile and steps). peak RSS +: the high-water RSS during build, compile and
   steps (VmHWM reset after the import) minus the RSS at that point (results.json also has
-  end_rss_delta, after the last step). arena: burjit's planned workspace (`step.memory_plan()`).
+  end_rss_delta, after the last step). Both are read before the loop (loop/step) is built;
+  results.json's loop_peak_rss is the high-water mark with the loops too. arena: burjit's planned workspace (`step.memory_plan()`).
 - Each request to a worker has a time limit; past it the worker is killed and marked `timeout`,
   and that framework is not tried on the larger cases of the same workload.
 """

@@ -51,7 +51,7 @@ def serve(spec, send, requests):
     check = {k: np.asarray(v, dtype=np.float64).ravel().tolist() for k, v in work.check(before, after).items()}
     send(status="ready", version=version, import_s=import_s, first_call_s=first, check=check,
          has_trivial=bench.trivial is not None, has_loop=bench.loop is not None)
-    warmed, loop_compile = set(), []
+    warmed, loop_compile, before_loops = set(), [], []
     for line in requests:
         req = json.loads(line)
         if req["cmd"] == "time":
@@ -63,6 +63,7 @@ def serve(spec, send, requests):
             send(s=measure.per_call(bench.trivial, req["k"]))
         elif req["cmd"] == "loop":
             if not loop_compile:  # the first loop call compiles it: one iteration, so that is its cost
+                before_loops.append(measure.peak_bytes())  # the step's own figures leave the loops' builds out
                 t = time.perf_counter()
                 bench.loop(1)
                 loop_compile.append(time.perf_counter() - t)
@@ -71,8 +72,9 @@ def serve(spec, send, requests):
                 warmed.add(("loop", req["k"]))
             send(s=measure.per_call(lambda: bench.loop(req["k"]), 1) / req["k"])
         elif req["cmd"] == "finish":
-            peak = measure.peak_bytes()
-            return send(peak_rss=max(peak, import_peak), peak_rss_delta=peak - base,
+            loops_peak = measure.peak_bytes()
+            peak = before_loops[0] if before_loops else loops_peak
+            return send(peak_rss=max(peak, import_peak), peak_rss_delta=peak - base, loop_peak_rss=loops_peak,
                         end_rss_delta=measure.rss_bytes() - base, rss_base=base, arena_bytes=bench.arena(),
                         loop_compile_s=loop_compile[0] if loop_compile else None)
 

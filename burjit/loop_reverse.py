@@ -14,13 +14,11 @@ adjoint's replay): time traded for memory, with one mechanism; while_loop (no tr
 carries of several dtypes refuse clearly.
 """
 
-import math
-
 import numpy as np
 
 from . import primitives as P
 from . import region
-from .control import Body, _loop, _unpack
+from .control import Body, _loop, _unpack, layout
 from .errors import TracingError
 from .tracer import Tracer, bind, current_trace, describe, lift
 
@@ -39,10 +37,8 @@ def _stored_carries(out):
     if body.stored is None:
         nc, g = body.n_carry, body.graph.annotated()  # its nodes may be another loop node's too (a replayed body's)
         g.outputs = g.outputs + g.inputs[:nc]
-        leaves, at = list(body.leaves), body.size
-        for off, shape, d in body.leaves[:nc]:
-            leaves.append((at, (body.length,) + shape, d))
-            at += body.length * math.prod(shape)
+        leaves = body.leaves + layout([(body.length,) + shape for _, shape, _ in body.leaves[:nc]],
+                                      [d for _, _, d in body.leaves[:nc]], body.dtype, body.size)
         stored = Body(g, body.length, body.start, body.reverse, nc, body.n_xs, body.dtype, leaves, body.src, body.role)
         stored.stored = len(body.leaves)
         graph[node]["attrs"] = {**graph[node]["attrs"], "body": stored}
