@@ -18,8 +18,9 @@ goes through `_signature`, the cache and, on a miss, tracing.
 
 A backend is `build(graph) -> executable`, with `executable(inputs) -> outputs` (lists of
 arrays). It must raise before writing anything when a step fails. Its executable may offer
-`fast_path(rebuild, mismatch, prelude)`: the arguments -> rebuild(outputs, arguments), or
-`mismatch` with nothing run, the prelude's lines making the inputs list from the arguments.
+`fast_path(rebuild, mismatch, prelude)`: the arguments -> the result, or `mismatch` with
+nothing run, the prelude's lines making the inputs list from the arguments and its expression
+the result from the outputs.
 """
 
 import collections
@@ -196,17 +197,20 @@ class CompiledFunction:
                    for td, a in zip(trees, args) for x in pytree.flatten(a)[0]):
             return None
         given = self._returned_whole(entry, trees)
-        rebuild = pytree.unflattener(entry.out_tree, {m: f"a[{d}]" for m, d in given.items()})
-        scope, lines, items = {"M": _MISMATCH}, [f"if len(a) != {len(args)}: return M"], []
+        result, consts = pytree.rebuild_source(entry.out_tree, {m: f"a[{d}]" for m, d in given.items()})
+        scope, items = {"M": _MISMATCH, "c": consts}, []
+        # unpacking checks the argument count (free unless it fails): cheaper than len(a) == n
+        lines = ["try:", f"    {''.join(f'a{i}, ' for i in range(len(args)))}= a", "except ValueError:", "    return M"] \
+            if args else ["if a: return M"]
         for i, td in enumerate(trees):  # a leaf argument goes in as it is: the entry checks its type
             if td == pytree.LEAF:
-                items.append(f"a[{i}]")
+                items.append(f"a{i}")
                 continue
             scope[f"f{i}"] = pytree.flattener(td, leaves_checked=False)
-            lines += [f"l{i} = f{i}(a[{i}])", f"if l{i} is None: return M"]
+            lines += [f"l{i} = f{i}(a{i})", f"if l{i} is None: return M"]
             items.append(f"*l{i}")
         lines.append(f"i = [{', '.join(items)}]")
-        entry.fast = make(rebuild, _MISMATCH, prelude=(scope, lines))
+        entry.fast = make(None, _MISMATCH, prelude=(scope, lines, result))
         return entry.fast
 
     def _returned_whole(self, entry, trees):

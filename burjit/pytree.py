@@ -93,25 +93,19 @@ def top_level(treedef):
     return [treedef]
 
 
-def unflattener(treedef, given=None):
-    """A function leaves -> tree for one treedef, generated once: rebuilding results is per-call work.
+def unflattener(treedef):
+    """A function leaves -> tree for one treedef, generated once: rebuilding results is per-call work."""
+    source, consts = rebuild_source(treedef)
+    return eval(f"lambda o: {source}", {"c": consts})  # noqa: S307 (names and ints only)
 
-    given: {index of a child of a top-level tuple or list: the expression, over the second
-    argument `a`, of an object to place there as it is} (its leaves are skipped), possibly
-    empty: the function is then (leaves, a) -> tree."""
-    consts = []
+
+def rebuild_source(treedef, given=None):
+    """(expression, constants): the tree of treedef over the leaves list `o`, the constants read
+    as c[k]. given: {index of a child of a top-level tuple or list: an expression to place there
+    as it is (its leaves are skipped)}, e.g. over a caller's arguments (jit's fast path)."""
+    given, consts = given or {}, []
 
     def expr(td, counter, top=False):
-        if top and td[0] in ("tuple", "list"):
-            items = []
-            for j, ch in enumerate(td[2]):
-                if j in given:
-                    counter[0] += num_leaves(ch)
-                    items.append(given[j])
-                else:
-                    items.append(expr(ch, counter))
-            body = ", ".join(items)
-            return f"({body},)" if td[0] == "tuple" and len(items) == 1 else f"({body})" if td[0] == "tuple" else f"[{body}]"
         if td == LEAF:
             counter[0] += 1
             return f"o[{counter[0] - 1}]"
@@ -124,7 +118,13 @@ def unflattener(treedef, given=None):
             return f"dict(zip(c[{len(consts) - 1}], o[{counter[0] - len(td[2])}:{counter[0]}]))"
         if kind == "dict":
             return "{" + ", ".join(f"{key(k)}: {expr(ch, counter)}" for k, ch in zip(td[1], td[2])) + "}"
-        items = [expr(ch, counter) for ch in td[2]]
+        items = []
+        for j, ch in enumerate(td[2]):
+            if top and j in given and kind in ("tuple", "list"):
+                counter[0] += num_leaves(ch)
+                items.append(given[j])
+            else:
+                items.append(expr(ch, counter))
         if kind == "namedtuple":
             consts.append(td[1])
             return f"c[{len(consts) - 1}](" + ", ".join(items) + ")"
@@ -137,9 +137,7 @@ def unflattener(treedef, given=None):
         consts.append(k)
         return f"c[{len(consts) - 1}]"
 
-    if given is not None:
-        return eval(f"lambda o, a: {expr(treedef, [0], top=True)}", {"c": consts})  # noqa: S307 (names and ints only)
-    return eval(f"lambda o: {expr(treedef, [0])}", {"c": consts})  # noqa: S307 (names and ints only)
+    return expr(treedef, [0], top=True), consts
 
 
 _CONTAINERS = (dict, list, tuple, type(None))

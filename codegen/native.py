@@ -156,15 +156,15 @@ class NativeExecutable(_Lowered):
         outputs list), or `mismatch`, nothing run, if an input is not of the type, shape, dtype
         and layout the step was built for (the entry checks them all: lowering.py); an index
         out of range raises IndexError. One generated function, as every Python call layer
-        costs about what the native step of a small graph does: with prelude = (names, lines)
-        it takes the caller's arguments `a` instead, its lines making the inputs list `i` (or
-        returning `mismatch`), and calls rebuild(outputs, a)."""
+        costs about what the native step of a small graph does: with prelude = (names, lines,
+        result) it takes the caller's arguments `a` instead, its lines making the inputs list
+        `i` (or returning `mismatch`), and returns the expression `result` over the outputs `o`."""
         env, outs = _outputs_display(self.graph)
         env.update(C=self._call, A=self._arena, R=rebuild, M=mismatch, fail=self._failed)
         head, lines, result = "i", [], "R(o)" if rebuild else "o"
         if prelude is not None:
             env.update(prelude[0])
-            head, lines, result = "a", prelude[1], "R(o, a)"
+            head, lines, result = "a", prelude[1], prelude[2]
         lines = lines + [f"o = {outs}", "r = C(i, o, A)", "if r is o:", f"    return {result}", "if r is i:",
                          "    fail(i)", "return M"]
         exec(f"def run({head}):\n    " + "\n    ".join(lines) + "\n", env)  # noqa: S102 (names and ints only)
