@@ -470,10 +470,10 @@ class Lowering:
         return [n for n in group if n in self.plan.location and self.plan.location[n][0] != "view"]
 
     def _plain(self, group):
-        """Whether group is elementwise work alone (no reduction, matmul, gather, scatter, pad or
-        concatenate): one _plain_program."""
+        """Whether group is elementwise work alone (no reduction, matmul, gather, scatter, pad,
+        concatenate, loop or bitcast): one _plain_program."""
         g, head = self.graph, self.graph[group[-1]]
-        return (P.PRIMITIVES[head["op"]].kind not in ("matmul", "gather", "scatter")
+        return (P.PRIMITIVES[head["op"]].kind not in ("matmul", "gather", "scatter", "loop", "bitcast")
                 and head["op"] not in ("pad", "concatenate")
                 and all(P.PRIMITIVES[g[n]["op"]].kind != "reduce" for n in group))
 

@@ -416,3 +416,29 @@ def test_grad_through_a_loop_of_scalar_code(backend, tier):
     x = np.array([-4.1, 0.2])
     got = burjit.compile(burjit.grad(lambda x: run(x, False)), backend=backend, tier=tier)(x)
     _close(got, burjit.compile(burjit.grad(lambda x: run(x, True)), backend=backend, tier=tier)(x))
+
+
+EDGES = {
+    "empty carry": (lambda x: (burjit.fori_loop(0, 3, lambda i, c: c, ()), x * 2.0), (np.ones(2),)),
+    "None carry": (lambda x: (burjit.fori_loop(0, 3, lambda i, c: c, None), x * 2.0), (np.ones(2),)),
+    "scan y None": (lambda x: burjit.scan(lambda c, r: (c + r, None), x, np.ones((3, 2))), (np.ones(2),)),
+    "scan of no rows": (lambda x, xs: burjit.scan(lambda c, r: (c + r, c * 2.0), x, xs), (np.ones(2), np.ones((0, 2)))),
+    "while never": (lambda x: burjit.while_loop(lambda c: c[0] > 5, lambda c: (c[0] + 1, c[1] * 2.0), (np.int64(0), x)),
+                    (np.ones(2),)),
+    "int carry only": (lambda x: burjit.scan(lambda c, r: (c + 1, c), np.int64(0), x), (np.ones((3, 2)),)),
+    "bool and float carry": (lambda x: burjit.fori_loop(0, 3, lambda i, c: (c[0] | (F.sum(c[1]) > 2.0), c[1] * 2.0),
+                                                       (F.sum(x) > 100.0, x)), (np.ones(2),)),
+    "0-d carry": (lambda x: burjit.fori_loop(0, 4, lambda i, c: c * 2.0 + 1.0, F.sum(x)), (np.ones(2),)),
+    "upper below lower": (lambda x: burjit.fori_loop(3, 1, lambda i, c: c + 1.0, x), (np.ones(2),)),
+}
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("case", sorted(EDGES))
+def test_edge_cases_match_the_reference(case, tier):
+    fn, args = EDGES[case]
+    expected = burjit.compile(fn, backend="reference")(*args)
+    got = burjit.compile(fn, tier=tier)(*args)
+    for a, b in zip(_leaves(got), _leaves(expected), strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
