@@ -442,3 +442,12 @@ def test_edge_cases_match_the_reference(case, tier):
     for a, b in zip(_leaves(got), _leaves(expected), strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_graph_listing_shows_each_body_below_its_loop():
+    step = burjit.compile(lambda w, xs: burjit.scan(lambda c, x: (F.tanh(c * w + x), F.sum(c)), w * 0.0, xs))
+    text = str(step.graph(np.ones(3), np.ones((4, 3))))
+    head = next(line for line in text.splitlines() if "= loop[" in line)
+    assert "body(length=4, start=0, reverse=False)" in head
+    body = text.splitlines()[text.splitlines().index(head) + 1:]
+    assert body[0].startswith("      { lambda ") and any("tanh" in line for line in body)
