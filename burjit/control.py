@@ -109,13 +109,10 @@ def while_loop(cond_fun, body_fun, init_val):
     cond_fun runs once on init_val in the step, then once after each iteration inside the
     body, so a loop whose condition is false at once never runs its body."""
     src = user_src()
-    outer = _outer(src, "while_loop")
-    init_leaves, _ = pytree.flatten(init_val)
+    _outer(src, "while_loop")
     go = _condition(cond_fun, init_val, src)
-    dtype = {lift(x).dtype for x in init_leaves}
-    proceed = F.astype(go, dtype.pop() if len(dtype) == 1 else "float64")  # the flag's dtype: the carry's if one
     carry, _ = _loop(lambda i, c, x: (body_fun(c), None), init_val, None, None, False, 0, src, "while_loop",
-                     cond=lambda c: _condition(cond_fun, c, src), proceed=proceed, outer=outer)
+                     cond=lambda c: _condition(cond_fun, c, src), go=go)
     return carry
 
 
@@ -134,16 +131,20 @@ def _outer(src, name):
     return outer
 
 
-def _loop(f, init, xs, length, reverse, start, src, name, cond=None, proceed=None, outer=None, role="loop"):
+def _loop(f, init, xs, length, reverse, start, src, name, cond=None, go=None, role="loop"):
     """The loop node of `f(index, carry, x) -> (carry, y)`. A while loop (cond given) has no
     length: its body also computes cond(new carry), as the vector's last element, and its
-    node reads `proceed`, cond(init), to know whether to run at all."""
-    outer = outer or _outer(src, name)
+    node reads `go`, cond(init), to know whether to run at all (both as the flag's dtype:
+    the carry's if it has one, else float64)."""
+    outer = _outer(src, name)
     init_leaves, init_td = pytree.flatten(init)
     carry0 = [lift(x) for x in init_leaves]
     xs_leaves, xs_td = pytree.flatten(xs)
     xs0 = [lift(x) for x in xs_leaves]
     length = None if cond else _length(xs0, length, src, name)
+    if cond:
+        kinds = {t.dtype for t in carry0}
+        proceed = F.astype(go, kinds.pop() if len(kinds) == 1 else "float64")
     with Trace(outer.tier, parent=outer) as body:
         carry = [body.input(t.shape, t.dtype) for t in carry0]
         index = body.input((), "int64")
@@ -152,7 +153,7 @@ def _loop(f, init, xs, length, reverse, start, src, name, cond=None, proceed=Non
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TracingError(f"{describe(src)}\n  {name}: the body must return (carry, y), got a {type(out).__name__}")
         new_leaves, new_td = pytree.flatten(out[0])
-        y_leaves, _ = pytree.flatten(out[1])
+        y_leaves, y_td = pytree.flatten(out[1])
         new = [body.own(lift(x)) for x in new_leaves]
         ys = [body.own(lift(y)) for y in y_leaves]
         _check_carry(init_td, carry0, new_td, new, src, name)
@@ -173,7 +174,7 @@ def _loop(f, init, xs, length, reverse, start, src, name, cond=None, proceed=Non
     vec = Tracer(outer, node, (spec.size,), dtype)
     leaves = [_unpack(vec, off, shape, d) for off, shape, d in spec.leaves]
     carry_out = pytree.unflatten(init_td, leaves[:len(carry0)])
-    return carry_out, None if cond else pytree.unflatten(pytree.flatten(out[1])[1], leaves[len(carry0):])
+    return carry_out, None if cond else pytree.unflatten(y_td, leaves[len(carry0):])
 
 
 def _length(xs0, length, src, name):
@@ -260,8 +261,11 @@ def _bitcast(vec, start, shape, dtype):
 
 
 def _bitcast_vjp(F, g, out, xs, needs, attrs):
-    raise TracingError(f"{describe(user_src())}\n  gradients through a loop (scan / fori_loop / while_loop) are "
-                       "not supported yet; differentiate inside the loop body instead")
+    """Only a loop whose leaves mix dtypes has bitcasts, and reverse mode refuses those loops."""
+    (vec,) = xs
+    src = vec.trace.graph[vec.node]["src"]
+    raise TracingError(f"{describe(src)}\n  gradients through a loop whose carry and outputs mix dtypes are not "
+                       "supported yet; keep a differentiated loop's carry in one float dtype")
 
 
 def _vjp(*args):

@@ -32,7 +32,7 @@ import numpy as np
 from . import pytree
 from .errors import TracingError
 from .graph import TIERS, collector_paused, tier as graph_tier, value_key
-from .tracer import Trace, Tracer, bind, check_dtype, lift
+from .tracer import Trace, Tracer, check_dtype, lift
 
 BACKENDS = {}  # name -> (build, default pass names or None for the pipeline's default)
 _TREEDEFS = {}  # treedef -> (its generated flattener, a small int standing for it in cache keys, itself)
@@ -305,8 +305,7 @@ class CompiledFunction:
                     if isinstance(leaf, (np.ndarray, np.generic)):
                         a = arrays[k]
                         dtype = check_dtype(a.dtype, f"argument {i}")
-                        x = bind("input", [], index=k, shape=a.shape, dtype=dtype)
-                        g.inputs.append(x.node)
+                        x = t.input(a.shape, dtype)  # input k
                         in_leaf_pos.setdefault(i, []).append(k)
                         k += 1
                         new.append(x)

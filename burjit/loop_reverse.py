@@ -23,11 +23,6 @@ from .errors import TracingError
 from .tracer import Tracer, bind, current_trace, describe, lift
 
 
-def _scan(f, init, xs, body, role, reverse):
-    """scan(f, init, xs, reverse=reverse), its loop node marked as made for `body`'s `role`."""
-    return _loop(lambda i, c, x: f(c, x), init, xs, None, reverse, 0, body.src, "scan", role=role)
-
-
 def _stored_carries(out):
     """The carry entering each iteration of loop node `out`, stacked by row: the loop itself is
     made to store them, as more outputs of its body (the carry inputs) after its own, so the
@@ -70,7 +65,7 @@ def vjp(F, g, out, operands, needs, attrs):
         raise TracingError(f"{describe(body.src)}\n  gradients through this loop are not supported: {why}")
     from .autodiff import backward
     nc, nx = body.n_carry, body.n_xs
-    carry0, xs, caps = list(operands[:nc]), list(operands[nc:nc + nx]), list(operands[nc + nx:])
+    xs, caps = list(operands[nc:nc + nx]), list(operands[nc + nx:])
     cts = [_unpack(g, off, shape, d) for off, shape, d in body.leaves]
     if body.length == 0:
         return cts[:nc] + [F.zeros_like(x) for x in xs] + [None] * len(caps)
@@ -94,7 +89,8 @@ def vjp(F, g, out, operands, needs, attrs):
         d_caps = tuple(a + d for a, d in zip(ct_caps, grads[nc + len(float_x):]))
         return (tuple(grads[:nc]), d_caps), tuple(grads[nc:nc + len(float_x)])
     zeros = tuple(F.zeros_like(caps[k]) for k in float_caps)
-    (ct_init, ct_caps), ct_xs = _scan(adjoint, (tuple(cts[:nc]), zeros),
-                                      (index, carries, tuple(xs), tuple(cts[nc:])), body, "adjoint", not body.reverse)
+    (ct_init, ct_caps), ct_xs = _loop(lambda i, c, x: adjoint(c, x), (tuple(cts[:nc]), zeros),
+                                      (index, carries, tuple(xs), tuple(cts[nc:])), None, not body.reverse, 0,
+                                      body.src, "scan", role="adjoint")
     d_xs, d_caps = dict(zip(float_x, ct_xs)), dict(zip(float_caps, ct_caps))
     return list(ct_init) + [d_xs.get(k) for k in range(len(xs))] + [d_caps.get(k) for k in range(len(caps))]

@@ -83,10 +83,10 @@ class Trace:
         value of an enclosing trace (captured once, becoming an operand of the loop node)."""
         if t.trace is self:
             return t
-        outer = self.parent.own(t) if self.parent is not None and _encloses(self.parent, t.trace) else None
-        if outer is None:
+        if self.parent is None:  # t is of no enclosing trace
             raise TracingError(f"{describe(user_src())}\n  a traced value from another (finished) trace was used; "
                                "do not keep traced values in globals between steps")
+        outer = self.parent.own(t)
         inner = self.captured.get(outer.node)
         if inner is None:
             inner = self.captured[outer.node] = self.input(outer.shape, outer.dtype)
@@ -108,12 +108,6 @@ class Trace:
         for n, a in self.graph.nx.nodes(data=True):  # region nodes: their recording state goes
             if a["op"] == "region":
                 a["attrs"]["region"].seal()
-
-
-def _encloses(trace, other):
-    while trace is not None and trace is not other:
-        trace = trace.parent
-    return trace is not None
 
 
 def _stack():

@@ -83,15 +83,10 @@ def emit(low, b, node):
     for j, (base, row) in enumerate([] if until else ys):
         put(body.n_in + nc + j, b.gep(base, [b.mul(i, I64(row))], source_etype=I8))
     rc = b.call(step, [argv])
-    code = low.loop_errors[node]
-    failed = b.icmp_unsigned("!=", rc, I32(0))
-    bad, ok = fn.append_basic_block("loop_failed"), fn.append_basic_block("loop_next")
-    b.cbranch(failed, bad, ok)
-    b.position_at_end(bad)
-    b.ret(b.add(rc, I32(code - 1)))  # body error e is this step's error code + e - 1
-    b.position_at_end(ok)
+    # body error e is this step's error code + e - 1
+    low._fail_if(b, b.icmp_unsigned("!=", rc, I32(0)), b.add(rc, I32(low.loop_errors[node] - 1)))
     more = b.add(k, I64(1))
-    k.add_incoming(more, ok)
+    k.add_incoming(more, b.block)
     b.cbranch(nonzero(flag) if until else b.icmp_unsigned("<", more, I64(spec.length)), loop, done)
     b.position_at_end(done)
 

@@ -341,69 +341,44 @@ class Lowering:
         ones, else every (donated, input) pair is."""
         g, fn = self.graph, b.function
         n = len(g.inputs)
-        size = [g.nbytes(n) for n in g.inputs]
         others = [k for k in range(n) if k not in set(donated)]
         sizes, which, rest = (constant_global(self.mod, name, np.asarray(values, np.int64).tobytes(), 8)
-                              for name, values in (("input_bytes", size), ("donated_inputs", donated),
-                                                   ("other_inputs", others or [0])))
+                              for name, values in (("input_bytes", [g.nbytes(x) for x in g.inputs]),
+                                                   ("donated_inputs", donated), ("other_inputs", others or [0])))
         verified = b.gep(arena, [I64(self.verified_offset)], source_etype=I8)
 
-        def address(table, k):
-            return b.ptrtoint(b.load(b.gep(table, [k], source_etype=PTR), typ=PTR), I64)
+        def item(table, i, typ=I64):
+            return b.load(b.gep(table, [i], source_etype=typ), typ=typ)
 
         def span(k):
-            lo = address(argv, k)
-            return lo, b.add(lo, b.load(b.gep(sizes, [k], source_etype=I64), typ=I64))
+            lo = b.ptrtoint(item(argv, k, PTR), I64)
+            return lo, b.add(lo, item(sizes, k))
 
-        def loop(name, count, body):
-            """for i in range(count): body(i) -> (blocks that continue, a flag); returns the OR of flags."""
-            before, head = b.block, fn.append_basic_block(name)
-            b.branch(head)
-            b.position_at_end(head)
-            i, acc = b.phi(I64), b.phi(I1)
-            i.add_incoming(I64(0), before)
-            acc.add_incoming(I1(0), before)
-            flag = b.or_(acc, body(i))
-            step = b.add(i, I64(1))
-            i.add_incoming(step, b.block)
-            acc.add_incoming(flag, b.block)
-            after = fn.append_basic_block(name + "_done")
-            b.cbranch(b.icmp_unsigned("<", step, I64(count)), head, after)
-            b.position_at_end(after)
-            return flag
+        def meet(x, y):  # the byte ranges of inputs x and y overlap
+            (lo_x, hi_x), (lo_y, hi_y) = span(x), span(y)
+            return b.and_(b.icmp_unsigned("<", lo_x, hi_y), b.icmp_unsigned("<", lo_y, hi_x))
+
+        def any_of(count, flag):  # flag(i) for some i < count
+            return loops.nest(b, [count], lambda idx, acc: [b.or_(acc[0], flag(idx[0]))], [I1(0)])[0]
 
         def moved(table, i):  # input table[i] is not where the last verified call had it
-            k = b.load(b.gep(table, [i], source_etype=I64), typ=I64)
-            return b.icmp_unsigned("!=", address(argv, k), address(verified, k))
+            k = item(table, i)
+            return b.icmp_unsigned("!=", b.ptrtoint(item(argv, k, PTR), I64), b.ptrtoint(item(verified, k, PTR), I64))
 
-        def overlaps(k):  # donated input k overlaps another input
-            lo_k, hi_k = span(k)
-
-            def hit(j):
-                lo_j, hi_j = span(j)
-                return b.and_(b.icmp_unsigned("!=", j, k),
-                              b.and_(b.icmp_unsigned("<", lo_j, hi_k), b.icmp_unsigned("<", lo_k, hi_j)))
-            return loop("overlap_inner", n, hit)
+        def clashes(k):  # donated input k overlaps another input
+            return any_of(n, lambda j: b.and_(b.icmp_unsigned("!=", j, k), meet(j, k)))
         full, partial, done = (fn.append_basic_block(f"overlap_{x}") for x in ("full", "partial", "done"))
-        b.cbranch(loop("donated_moved", len(donated), lambda i: moved(which, i)), full, partial)
+        b.cbranch(any_of(len(donated), lambda i: moved(which, i)), full, partial)
         b.position_at_end(full)
-        check(b.not_(loop("overlap_all", len(donated), lambda d: overlaps(
-            b.load(b.gep(which, [d], source_etype=I64), typ=I64)))), done)
+        check(b.not_(any_of(len(donated), lambda d: clashes(item(which, d)))), done)
         b.position_at_end(partial)
         if others:
-            def other_clashes(i):
-                j = b.load(b.gep(rest, [i], source_etype=I64), typ=I64)
-                lo_j, hi_j = span(j)
-                clash = fn.append_basic_block("overlap_moved")
-                after = fn.append_basic_block("overlap_kept")
-                was = b.block
+            def moved_and_clashes(i):  # a non-donated input that moved overlaps a donated one
+                j, was = item(rest, i), b.block
+                clash, after = fn.append_basic_block("overlap_moved"), fn.append_basic_block("overlap_kept")
                 b.cbranch(moved(rest, i), clash, after)
                 b.position_at_end(clash)
-
-                def hit(d):
-                    lo_k, hi_k = span(b.load(b.gep(which, [d], source_etype=I64), typ=I64))
-                    return b.and_(b.icmp_unsigned("<", lo_j, hi_k), b.icmp_unsigned("<", lo_k, hi_j))
-                found = loop("overlap_some", len(donated), hit)
+                found = any_of(len(donated), lambda d: meet(j, item(which, d)))
                 end = b.block
                 b.branch(after)
                 b.position_at_end(after)
@@ -411,12 +386,11 @@ class Lowering:
                 result.add_incoming(I1(0), was)
                 result.add_incoming(found, end)
                 return result
-            check(b.not_(loop("overlap_others", len(others), other_clashes)), done)
+            check(b.not_(any_of(len(others), moved_and_clashes)), done)
         else:
             b.branch(done)
         b.position_at_end(done)
-        for k in range(n):  # verified: these addresses overlap as checked
-            b.store(b.load(b.gep(argv, [I64(k)], source_etype=PTR), typ=PTR), b.gep(verified, [I64(k)], source_etype=PTR))
+        self._memcpy(b, verified, argv, 8 * n)  # verified: these addresses overlap as checked
 
     def _main_ptr(self, b, ref):
         if ref[0] == "global":

@@ -301,7 +301,7 @@ def _loops(graph):
 
 
 def _body_graph(graph, node):
-    """The body graph of loop `node`, under the poison and tier settings of the step it is in."""
+    """The body graph of loop `node`, under the tier of the step it is in."""
     body = graph[node]["attrs"]["body"].graph
     body.meta.setdefault("tier", graph.meta.get("tier"))
     return body
