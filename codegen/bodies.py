@@ -97,6 +97,7 @@ def _add_body(low, node, body):
     added to `low`'s."""
     symbol = f"{low.symbol}_loop{node}"
     body.module(*low._target, symbol=symbol, into=low.mod)
+    low.inline += body.inline
     for k, k_text in body.kernels.items():
         low.add_kernel(k, k_text, body.calls[k])
     return symbol

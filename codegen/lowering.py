@@ -1,8 +1,9 @@
-"""The step as LLVM IR: a driver module `i32 burjit_step(ptr argv)` and a module per kernel.
+"""The step as LLVM IR: a driver module `i32 burjit_step(ptr argv)`, an entry module and a module per kernel.
 
 argv holds the buffer pointers [inputs..., outputs..., arena]; `burjit_entry(inputs, outputs,
 arena)` builds it from Python lists of numpy arrays (or numpy scalars), checking each input,
-when `offsets` (abi.py) are known. The step runs the
+when `offsets` (abi.py) are known; it is a module of its own (entry_module), as it depends on
+the inputs alone and so compiles while the kernels are still being emitted. The step runs the
 schedule's kernels in order over the memory plan (passes/memplan.py), then copies each output
 to its destination, and returns 0, or 1 + i for error i of `Lowering.errors` (an index out of
 range) before anything a caller can see was written:
@@ -70,6 +71,8 @@ class Lowering:
         self.backup = []         # donated input positions to restore when a computed index fails
         self._checks, self._fallible = [], {}
         self.kernels = self.calls = None  # once module() ran: symbol -> IR text; symbol -> calls
+        self.inline = 0          # once module() ran: values the step function computes itself (elements
+                                 # times entries of its straight-line or inline programs, and its loop bodies')
         self.loop_errors = {}    # loop node -> the code of its body's first error here
         self._classify_indices()
         self.copies, staged_end = self._final_copies()
@@ -188,12 +191,9 @@ class Lowering:
     def module(self, triple="", data_layout="", on_kernel=None, symbol=SYMBOL, into=None):
         """The step's module, its step function named `symbol` (added to module `into` if given:
         a loop body's, bodies.py); on_kernel(symbol, IR text) is called for each distinct kernel
-        as soon as it exists (native.py starts compiling it then)."""
-        if into is None:
-            self.mod = ir.Module(name="burjit_step")
-            self.mod.triple, self.mod.data_layout = triple, data_layout
-        else:
-            self.mod = into
+        as soon as it exists (native.py starts compiling it then). The entry is a module of its
+        own (entry_module)."""
+        self.mod = into if into is not None else _module("burjit_step", (triple, data_layout))
         self._on_kernel, self.symbol = on_kernel, symbol
         self._globals, self._target = {}, (triple, data_layout)
         self.kernels, self.calls = {}, Counter()
@@ -221,8 +221,16 @@ class Lowering:
             else:
                 self._memcpy(b, self._main_ptr(b, dst), self._main_ptr(b, src), self.graph.nbytes(n))
         b.ret(I32(0))
-        if self.offsets:
-            self._entry(fn)
+        return self.mod
+
+    def entry_module(self, triple="", data_layout=""):
+        """The entry's module (None without object layouts): it needs only the inputs, so it can
+        compile while the kernels are still being emitted, and it is optimised even where the step
+        function is not (objects.py), as it checks every input on every call."""
+        if not self.offsets:
+            return None
+        self.mod = _module("burjit_entry", (triple, data_layout))
+        self._entry(declare(self.mod, SYMBOL, I32, [PTR]))
         return self.mod
 
     def _entry(self, step):
@@ -544,6 +552,7 @@ class Lowering:
         """Emit Programs: inline when each has at most INLINE_ELEMENTS elements (straight-line
         code, or a loop of a few trips in the driver), else as a kernel."""
         if all(math.prod(p.domain) <= INLINE_ELEMENTS for p in programs):
+            self.inline += sum(math.prod(p.domain) * len(p.entries) for p in programs)
             for p in programs:
                 p.emit(b, lambda r: self._main_ptr(b, r))
             return
@@ -599,8 +608,7 @@ class Lowering:
     def _kernel_module(self, n_params, body):
         """(symbol, IR text) of a module holding one kernel `i32 symbol(ptr noalias x n_params)`;
         the symbol is named for a hash of the text, so equal code is one symbol everywhere."""
-        mod = ir.Module(name="kernel")
-        mod.triple, mod.data_layout = self._target
+        mod = _module("kernel", self._target)
         fn = ir.Function(mod, ir.FunctionType(I32, [PTR] * n_params), name="kernel")
         for arg in fn.args:
             arg.add_attribute("noalias")
@@ -610,6 +618,12 @@ class Lowering:
         text = str(mod)
         symbol = "burjit_k" + hashlib.sha256(text.encode()).hexdigest()[:32]
         return symbol, text.replace('@"kernel"', f'@"{symbol}"', 1)
+
+
+def _module(name, target):
+    mod = ir.Module(name=name)
+    mod.triple, mod.data_layout = target
+    return mod
 
 
 _KNOWN = {}  # kernel identity -> (symbol, IR text), for every step this process lowers

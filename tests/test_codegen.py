@@ -346,8 +346,8 @@ def test_scalar_graph_in_one_group_is_straight_line_code(monkeypatch):
     fused = burjit.compile(burjit.value_and_grad(expression, argnums=(0, 1)))  # the default pipeline
     fused(a, b)
     for ir_text in (exe.llvm_ir(), fused.llvm_ir()):
-        step = ir_text.split("define ")[1]
-        assert "burjit_step" in step and "br " not in step and "phi " not in step
+        (step,) = [f for f in ir_text.split("define ")[1:] if re.search(r'@"?burjit_step"?\(', f.split("\n")[0])]
+        assert "br " not in step and "phi " not in step
         assert not re.search(r"call .*@(?!llvm\.(maximum|minimum|fabs|sqrt|fma))", step)  # no libm calls
 
 
