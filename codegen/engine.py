@@ -63,13 +63,14 @@ def parse(ir_text):
         return module
 
 
-def optimise(module, level=3):
-    """Run the new pass manager's O`level` pipeline (vectorisers on) for the host CPU, in place."""
+def optimise(module, level=3, vectorise=True):
+    """Run the new pass manager's O`level` pipeline (with the loop and SLP vectorisers unless
+    vectorise is False) for the host CPU, in place."""
     with LOCK:
         tm = target_machine()
         pto = llvm.create_pipeline_tuning_options(speed_level=level)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
+        pto.loop_vectorization = vectorise
+        pto.slp_vectorization = vectorise
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(module, pb)
         return module
@@ -93,12 +94,12 @@ def emit_assembly(module):
         return target_machine().emit_assembly(module)
 
 
-def _optimised_object(ir_text, level=3, codegen=3):
-    return emit_object(optimise(parse(ir_text), level), codegen)
+def _optimised_object(ir_text, level=3, codegen=3, vectorise=True):
+    return emit_object(optimise(parse(ir_text), level, vectorise), codegen)
 
 
 def compiling(codegen_levels=(3,)):
-    """A batch of compile jobs: `submit(raw IR text, optimisation level, codegen level)`, then
+    """A batch of compile jobs: `submit(raw IR text, optimisation level, codegen level[, vectorise])`, then
     `results()` -> [(object code, seconds)] in order. In forked compile servers, as many at once
     as there are cores, where they are available (forked.py), so the optimiser's memory never
     joins this process's and the caller goes on while they work; else each job here, at submit.

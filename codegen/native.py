@@ -175,7 +175,7 @@ class NativeExecutable(_Lowered):
 
     # -- inspection -----------------------------------------------------------------------------
     def _emitted(self, build=None):
-        """[(IR text as lowering writes it, (optimisation, codegen) levels)] of the step's own
+        """[(IR text as lowering writes it, levels as objects.StepBuild.driver takes them)] of the step's own
         modules: its entry (if any), then its step function; `build` (objects.StepBuild) is
         handed each of them and each distinct kernel as it is emitted."""
         if "emitted" not in self._ir:
@@ -187,7 +187,7 @@ class NativeExecutable(_Lowered):
                     build.driver(*parts[-1])
             entry = low.entry_module(*target)
             if entry is not None:
-                part(entry, objects.DRIVER)
+                part(entry, objects.ENTRY)
             step = low.module(*target, on_kernel=build.kernel if build is not None else None)
             part(step, objects.DRIVER if low.inline > objects.CALLS_INLINE else objects.CALLS)
             self._ir["emitted"] = parts
@@ -199,8 +199,8 @@ class NativeExecutable(_Lowered):
         parts = self._emitted() + [(text, objects.KERNEL) for text in self.lowering.kernels.values()]
         mods = [engine.parse(text) for text, _ in parts]
         if optimized:
-            for mod, (_, (level, _)) in zip(mods, parts):
-                engine.optimise(mod, level)
+            for mod, (_, (level, _, *vectorise)) in zip(mods, parts):
+                engine.optimise(mod, level, *vectorise)
         return engine.link(mods)
 
     def llvm_ir(self, optimized=True):

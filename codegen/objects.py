@@ -14,7 +14,9 @@ import json
 
 from . import cache, engine
 
-DRIVER = (1, 0)  # (optimisation, codegen level) of the entry and of a step function with straight-line code
+DRIVER = (1, 0)  # (optimisation, codegen level) of a step function with straight-line code
+ENTRY = (1, 0, False)  # of the entry, without the vectorisers: its loops over the inputs branch, and
+#                  vectorising the overlap checks (run when a donated input moved) cost 2x the LLVM time
 CALLS = (0, 0)   # of a step function that mostly calls kernels: O1 cost a compile server twice the time on
 #                  a GPT's 782 calls (54-67 ms vs 30 ms at O0) and nothing it does there shows in a step
 CALLS_INLINE = 16  # a step function computing more values than this itself (lowering.inline) is optimised
@@ -65,12 +67,12 @@ class StepBuild:
     `finish` waits for them and stores the step. A context manager (engine.compiling's)."""
 
     def __init__(self):
-        self.batch = engine.compiling({DRIVER[1], CALLS[1], KERNEL[1]})
+        self.batch = engine.compiling({DRIVER[1], ENTRY[1], CALLS[1], KERNEL[1]})
         self.reports = []
         self.jobs = []  # per job submitted: its kernel report, or None for a driver module
 
     def driver(self, text, levels):
-        """Compile one of the step's own modules at (optimisation, codegen) `levels`."""
+        """Compile one of the step's own modules at `levels` (optimisation, codegen[, vectorise])."""
         self.jobs.append(None)
         self.batch.submit(text, *levels)
 

@@ -46,12 +46,12 @@ def test_the_entry_is_optimised_and_the_step_function_only_when_it_computes(monk
     monkeypatch.setenv("BURJIT_TIER", "straight")
     x = np.linspace(-1, 1, 50)
     calls_only = build(_graph(lambda x: F.tanh(x) * 3.0, x))._emitted()
-    assert [levels for _, levels in calls_only] == [objects.DRIVER, objects.CALLS]
+    assert [levels for _, levels in calls_only] == [objects.ENTRY, objects.CALLS]
     assert "@\"burjit_entry\"(" in calls_only[0][0] and "@\"burjit_step\"(" in calls_only[1][0]
     a, b = np.asarray(-4.0), np.asarray(2.0)
     expression = burjit.value_and_grad(lambda a, b: (a * b + b ** 3.0) * (a + 1.0) / (b - 3.0), argnums=(0, 1))
     straight = build(_graph(expression, a, b))
-    assert [levels for _, levels in straight._emitted()] == [objects.DRIVER, objects.DRIVER]
+    assert [levels for _, levels in straight._emitted()] == [objects.ENTRY, objects.DRIVER]
     assert straight.lowering.inline > objects.CALLS_INLINE
     want = burjit.pytree.flatten(burjit.compile(expression, backend="reference")(a, b))[0]
     np.testing.assert_allclose(np.array(straight([a, b]), float), np.array(want, float), rtol=1e-15)
