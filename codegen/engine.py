@@ -94,12 +94,16 @@ def emit_assembly(module):
         return target_machine().emit_assembly(module)
 
 
-def _optimised_object(ir_text, level=3, codegen=3, vectorise=True):
-    return emit_object(optimise(parse(ir_text), level, vectorise), codegen)
+def _optimised_object(ir_text, level=3, codegen=3, vectorise=True, more=()):
+    """Object code of raw IR text optimised at O`level`, with the modules `more`, [(IR text,
+    level, vectorise)], each optimised at its own level and linked into it."""
+    modules = [optimise(parse(text), lv, vec) for text, lv, vec in [(ir_text, level, vectorise), *more]]
+    return emit_object(link(modules), codegen)
 
 
 def compiling(codegen_levels=(3,)):
-    """A batch of compile jobs: `submit(raw IR text, optimisation level, codegen level[, vectorise])`, then
+    """A batch of compile jobs: `submit(raw IR text, optimisation level, codegen level[, vectorise[, more]])`
+    (_optimised_object's arguments), then
     `results()` -> [(object code, seconds)] in order. In forked compile servers, as many at once
     as there are cores, where they are available (forked.py), so the optimiser's memory never
     joins this process's and the caller goes on while they work; else each job here, at submit.

@@ -1,9 +1,9 @@
-"""The step as LLVM IR: a driver module `i32 burjit_step(ptr argv)`, an entry module and a module per kernel.
+"""The step as LLVM IR: a module for `i32 burjit_step(ptr argv)`, one for its entry, one per kernel.
 
 argv holds the buffer pointers [inputs..., outputs..., arena]; `burjit_entry(inputs, outputs,
 arena)` builds it from Python lists of numpy arrays (or numpy scalars), checking each input,
-when `offsets` (abi.py) are known; it is a module of its own (entry_module), as it depends on
-the inputs alone and so compiles while the kernels are still being emitted. The step runs the
+when `offsets` (abi.py) are known; it is a module of its own (entry_module), so that it is
+optimised at a level of its own, as the step function is (objects.py). The step runs the
 schedule's kernels in order over the memory plan (passes/memplan.py), then copies each output
 to its destination, and returns 0, or 1 + i for error i of `Lowering.errors` (an index out of
 range) before anything a caller can see was written:
@@ -224,9 +224,8 @@ class Lowering:
         return self.mod
 
     def entry_module(self, triple="", data_layout=""):
-        """The entry's module (None without object layouts): it needs only the inputs, so it can
-        compile while the kernels are still being emitted, and it is optimised even where the step
-        function is not (objects.py), as it checks every input on every call."""
+        """The entry's module (None without object layouts), optimised at a level of its own
+        (objects.ENTRY) and linked with the step function's."""
         if not self.offsets:
             return None
         self.mod = _module("burjit_entry", (triple, data_layout))

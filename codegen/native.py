@@ -102,18 +102,18 @@ class NativeExecutable(_Lowered):
         if found is None:
             with objects.StepBuild() as build:
                 t0 = time.perf_counter()
-                self._emitted(build)
+                parts = self._emitted(build.kernel)
                 t1 = time.perf_counter()
-                drivers, kernels = build.finish(self.key, low.calls)
+                driver, kernels = build.finish(self.key, parts, low.calls)
             emit_s, llvm_s = t1 - t0, time.perf_counter() - t1
         else:
-            drivers, kernels = found
-        self._loaded = engine.Loaded(drivers + [k.pop("object") for k in kernels], symbols)
+            driver, kernels = found
+        self._loaded = engine.Loaded([driver] + [k.pop("object") for k in kernels], symbols)
         for k in kernels:
             del k["key"]
         self._kernels = kernels
         self._stats = dict(from_cache=self.from_cache, ir_s=emit_s, llvm_s=llvm_s,
-                           object_bytes=sum(map(len, drivers)) + sum(k["object_bytes"] for k in kernels),
+                           object_bytes=len(driver) + sum(k["object_bytes"] for k in kernels),
                            kernels=len(graph.meta["schedule"]), kernel_functions=len(kernels),
                            kernels_compiled=sum(k["source"] == "compiled" for k in kernels),
                            tapes=[dict(group=gi, records=len(t.records), runs=len(t.runs) - 1 if t.per_run else None,
@@ -174,33 +174,28 @@ class NativeExecutable(_Lowered):
         raise IndexError(self._message(int(self._status[0]), inputs))
 
     # -- inspection -----------------------------------------------------------------------------
-    def _emitted(self, build=None):
-        """[(IR text as lowering writes it, levels as objects.StepBuild.driver takes them)] of the step's own
-        modules: its entry (if any), then its step function; `build` (objects.StepBuild) is
-        handed each of them and each distinct kernel as it is emitted."""
+    def _emitted(self, on_kernel=None):
+        """[(IR text as lowering writes it, (optimisation level, vectorise))] of the step's own
+        modules (objects.StepBuild.finish): its step function, then its entry if it has one;
+        on_kernel(symbol, IR text) is told of each distinct kernel as it is emitted."""
         if "emitted" not in self._ir:
-            low, target, parts = self.lowering, engine.triple_and_layout(), []
-
-            def part(module, levels):
-                parts.append((str(module), levels))
-                if build is not None:
-                    build.driver(*parts[-1])
+            low, target = self.lowering, engine.triple_and_layout()
+            step = str(low.module(*target, on_kernel=on_kernel))
+            parts = [(step, objects.STRAIGHT if low.inline > objects.CALLS_INLINE else objects.CALLS)]
             entry = low.entry_module(*target)
             if entry is not None:
-                part(entry, objects.ENTRY)
-            step = low.module(*target, on_kernel=build.kernel if build is not None else None)
-            part(step, objects.DRIVER if low.inline > objects.CALLS_INLINE else objects.CALLS)
+                parts.append((str(entry), objects.ENTRY))
             self._ir["emitted"] = parts
         return self._ir["emitted"]
 
     def _module(self, optimized):
         """One llvmlite.binding module of the whole step: its own modules and its kernels, each
         optimised as it is compiled (or as emitted), linked together."""
-        parts = self._emitted() + [(text, objects.KERNEL) for text in self.lowering.kernels.values()]
+        parts = self._emitted() + [(text, (objects.KERNEL[0], True)) for text in self.lowering.kernels.values()]
         mods = [engine.parse(text) for text, _ in parts]
         if optimized:
-            for mod, (_, (level, _, *vectorise)) in zip(mods, parts):
-                engine.optimise(mod, level, *vectorise)
+            for mod, (_, (level, vectorise)) in zip(mods, parts):
+                engine.optimise(mod, level, vectorise)
         return engine.link(mods)
 
     def llvm_ir(self, optimized=True):
