@@ -228,9 +228,12 @@ class Lowering:
         (objects.ENTRY) and linked with the step function's."""
         if not self.offsets:
             return None
-        self.mod = _module("burjit_entry", (triple, data_layout))
-        self._entry(declare(self.mod, SYMBOL, I32, [PTR]))
-        return self.mod
+        step, self.mod = getattr(self, "mod", None), _module("burjit_entry", (triple, data_layout))
+        try:  # _entry's helpers build into self.mod
+            self._entry(declare(self.mod, SYMBOL, I32, [PTR]))
+            return self.mod
+        finally:
+            self.mod = step
 
     def _entry(self, step):
         """`burjit_entry(self, args, nargs)`, a METH_FASTCALL builtin called with (inputs, outputs,

@@ -1,9 +1,9 @@
 """Where a step's object code comes from: this process's memory, the disk cache, or the compiler.
 
 A native step is a driver object (its step function and its entry, two modules each optimised
-at its own level and linked) plus one object per distinct kernel (lowering.py). Kernel objects are cached one by one, keyed by their IR text with
-the host and the code generator's sources (cache.key), so steps, batch sizes and programs that
-share a kernel compile it once. The step's own entry holds the driver's object code and its
+at its own level, then linked) plus one object per distinct kernel (lowering.py). Kernel
+objects are cached one by one, keyed by their IR text with the host and the code generator's
+sources (cache.key), so steps, batch sizes and programs that share a kernel compile it once. The step's own entry holds the driver's object code and its
 kernels' keys, so a warm step loads without building any IR. What is missing is compiled in
 one batch, spread over the compile servers (engine.compile_objects). A corrupt or foreign kernel
 entry is a miss, recompiled; a step entry whose kernels are gone is a step miss.
