@@ -71,6 +71,7 @@ class Lowering:
         self.backup = []         # donated input positions to restore when a computed index fails
         self._checks, self._fallible = [], {}
         self.kernels = self.calls = None  # once module() ran: symbol -> IR text; symbol -> calls
+        self.mod = None          # the module being built (module(), entry_module())
         self.inline = 0          # once module() ran: values the step function computes itself (elements
                                  # times entries of its straight-line or inline programs, and its loop bodies')
         self.loop_errors = {}    # loop node -> the code of its body's first error here
@@ -228,7 +229,7 @@ class Lowering:
         (objects.ENTRY) and linked with the step function's."""
         if not self.offsets:
             return None
-        step, self.mod = getattr(self, "mod", None), _module("burjit_entry", (triple, data_layout))
+        step, self.mod = self.mod, _module("burjit_entry", (triple, data_layout))
         try:  # _entry's helpers build into self.mod
             self._entry(declare(self.mod, SYMBOL, I32, [PTR]))
             return self.mod

@@ -191,7 +191,7 @@ class NativeExecutable(_Lowered):
     def _module(self, optimized):
         """One llvmlite.binding module of the whole step: its own modules and its kernels, each
         optimised as it is compiled (or as emitted), linked together."""
-        parts = self._emitted() + [(text, (objects.KERNEL[0], True)) for text in self.lowering.kernels.values()]
+        parts = self._emitted() + [(text, objects.KERNEL) for text in self.lowering.kernels.values()]
         mods = [engine.parse(text) for text, _ in parts]
         if optimized:
             for mod, (_, (level, vectorise)) in zip(mods, parts):

@@ -3,8 +3,9 @@
 A native step is a driver object (its step function and its entry, two modules each optimised
 at its own level, then linked) plus one object per distinct kernel (lowering.py). Kernel
 objects are cached one by one, keyed by their IR text with the host and the code generator's
-sources (cache.key), so steps, batch sizes and programs that share a kernel compile it once. The step's own entry holds the driver's object code and its
-kernels' keys, so a warm step loads without building any IR. What is missing is compiled in
+sources (cache.key), so steps, batch sizes and programs that share a kernel compile it once.
+The step's own entry holds the driver's object code and its kernels' keys, so a warm step loads
+without building any IR. What is missing is compiled in
 one batch, spread over the compile servers (engine.compile_objects). A corrupt or foreign kernel
 entry is a miss, recompiled; a step entry whose kernels are gone is a step miss.
 """
@@ -13,7 +14,7 @@ import json
 
 from . import cache, engine
 
-# (optimisation level, vectorise) of the driver's modules; the driver's codegen level is DRIVER_CODEGEN
+# (optimisation level, vectorise) of each kind of module; codegen levels: KERNEL_CODEGEN, DRIVER_CODEGEN
 STRAIGHT = (1, True)   # a step function with straight-line code
 CALLS = (0, True)      # a step function that mostly calls kernels: O1 cost twice the LLVM time on a GPT's
 #                        782 calls (54-67 ms vs 30 ms at O0) and nothing it does there shows in a step
@@ -21,7 +22,8 @@ CALLS_INLINE = 16      # a step function computing more values than this itself 
 ENTRY = (1, False)     # the entry, without the vectorisers: its loops over the inputs branch, and
 #                        vectorising the overlap checks (run when a donated input moved) doubled its LLVM time
 DRIVER_CODEGEN = 0     # fast instruction selection: the driver is calls, argv loads and little arithmetic
-KERNEL = (2, 3)  # measured on BurTorch's GPT: O3 took 35% longer than O2 and ran no faster
+KERNEL = (2, True)     # measured on BurTorch's GPT: O3 took 35% longer than O2 and ran no faster
+KERNEL_CODEGEN = 3
 _MEMORY = {}  # kernel key -> object code, for every step this process builds
 _MEMORY_BYTES = 32 << 20
 _held = 0
@@ -62,7 +64,7 @@ class StepBuild:
     A context manager (engine.compiling's)."""
 
     def __init__(self):
-        self.batch = engine.compiling({DRIVER_CODEGEN, KERNEL[1]})
+        self.batch = engine.compiling({DRIVER_CODEGEN, KERNEL_CODEGEN})
         self.reports = []
 
     def __enter__(self):
@@ -77,7 +79,7 @@ class StepBuild:
         obj, source = _cached_kernel(k, symbol)
         self.reports.append(dict(symbol=symbol, object_bytes=0, compile_s=0.0, source=source, key=k, object=obj))
         if obj is None:
-            self.batch.submit(text, *KERNEL)
+            self.batch.submit(text, KERNEL[0], KERNEL_CODEGEN, KERNEL[1])
         elif source == "memory" and not cache.path(k).exists():
             cache.store(k, obj)  # compiled under another cache directory: the step entry needs it here
 
