@@ -260,17 +260,14 @@ def _bitcast(vec, start, shape, dtype):
     return np.frombuffer(np.ascontiguousarray(vec).tobytes()[8 * start:8 * start + n], dtype).reshape(shape).copy()
 
 
-def _bitcast_vjp(F, g, out, xs, needs, attrs):
-    """Only a loop whose leaves mix dtypes has bitcasts, and reverse mode refuses those loops."""
-    (vec,) = xs
-    src = vec.trace.graph[vec.node]["src"]
-    raise TracingError(f"{describe(src)}\n  gradients through a loop whose carry and outputs mix dtypes are not "
-                       "supported yet; keep a differentiated loop's carry in one float dtype")
-
-
 def _vjp(*args):
     from .loop_reverse import vjp  # it traces loops itself
     return vjp(*args)
+
+
+def _bitcast_vjp(*args):
+    from .loop_reverse import bitcast_vjp
+    return bitcast_vjp(*args)
 
 
 P._register(P.Primitive("loop", "loop", _infer, evaluate, _vjp))

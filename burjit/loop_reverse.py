@@ -10,15 +10,18 @@ For `scan` and `fori_loop` with a fixed trip count n, the VJP of the loop node:
      the sum of each output times its cotangent), stacking the cotangent of each row of xs.
 The body is replayed by binding its graph's nodes again (`replay`), so the adjoint is built from
 the registry's VJP rules like any other. Each iteration's forward so runs twice (the loop, the
-adjoint's replay): time traded for memory, with one mechanism; while_loop (no trip count) and
-carries of several dtypes refuse clearly.
+adjoint's replay): time traded for memory, with one mechanism; while_loop (no trip count)
+refuses clearly. A loop whose leaves mix dtypes holds them as raw words (control.PACKED), which
+cannot carry sums of cotangents: its cotangent is a float64 vector instead, leaf elements at
+CT_SLOTS times their word offset (`_bitcast_vjp` writes it, `_cotangents` reads it); only float
+leaves have cotangents.
 """
 
 import numpy as np
 
 from . import primitives as P
 from . import region
-from .control import Body, _loop, _unpack, layout
+from .control import PACKED, Body, _loop, _unpack, layout
 from .errors import TracingError
 from .tracer import Tracer, bind, current_trace, describe, lift
 
@@ -55,21 +58,41 @@ def replay(graph, args):
     return [env[o] for o in graph.outputs]
 
 
+CT_SLOTS = 8 // min(P.ITEMSIZE[d] for d in P.FLOATS)  # a packed word holds at most this many float elements
+
+
+def _cotangents(F, g, body):
+    """Each leaf's cotangent read from the loop's cotangent vector `g` (None for a leaf that is not a float)."""
+    if body.dtype != PACKED:
+        return [_unpack(g, off, shape, d) if d in P.FLOATS else None for off, shape, d in body.leaves]
+    return [F.astype(_unpack(g, CT_SLOTS * off, shape, "float64"), d) if d in P.FLOATS else None
+            for off, shape, d in body.leaves]
+
+
+def bitcast_vjp(F, g, out, xs, needs, attrs):
+    """A packed leaf's cotangent placed in its loop's float64 cotangent vector (module docstring)."""
+    if attrs["dtype"] not in P.FLOATS:
+        return [None]
+    at, n, size = CT_SLOTS * attrs["start"], g.size, CT_SLOTS * xs[0].shape[0]
+    parts = [F.zeros_like(g, "float64", (at,)), F.reshape(F.astype(g, "float64"), (n,)),
+             F.zeros_like(g, "float64", (size - at - n,))]
+    return [F.concatenate([p for p in parts if p.shape[0]])]
+
+
 def vjp(F, g, out, operands, needs, attrs):
     body = attrs["body"]
-    if body.length is None or body.dtype not in P.FLOATS:
-        why = ("a while_loop has no trip count to reverse over; use fori_loop or scan with a fixed length"
-               if body.length is None else
-               "its carry and outputs mix dtypes (or are not floats); keep a differentiated loop's carry "
-               "in one float dtype")
-        raise TracingError(f"{describe(body.src)}\n  gradients through this loop are not supported: {why}")
+    if body.length is None:
+        raise TracingError(f"{describe(body.src)}\n  gradients through this loop are not supported: a while_loop "
+                           "has no trip count to reverse over; use fori_loop or scan with a fixed length")
     from .autodiff import backward
     nc, nx = body.n_carry, body.n_xs
     xs, caps = list(operands[nc:nc + nx]), list(operands[nc + nx:])
-    cts = [_unpack(g, off, shape, d) for off, shape, d in body.leaves]
+    cts = _cotangents(F, g, body)
     if body.length == 0:
-        return cts[:nc] + [F.zeros_like(x) for x in xs] + [None] * len(caps)
+        return cts[:nc] + [F.zeros_like(x) if x.dtype in P.FLOATS else None for x in xs] + [None] * len(caps)
     index = lift(np.arange(body.start, body.start + body.length, dtype=np.int64))
+    float_c = [k for k in range(nc) if cts[k] is not None]
+    float_y = [k for k in range(nc, len(cts)) if cts[k] is not None]
     float_x = [k for k, x in enumerate(xs) if x.dtype in P.FLOATS]
     float_caps = [k for k, c in enumerate(caps) if c.dtype in P.FLOATS]
 
@@ -78,19 +101,22 @@ def vjp(F, g, out, operands, needs, attrs):
     def adjoint(acc, row):
         ct_carry, ct_caps = acc
         i, c, x, ct_y = row
-        fresh = [bind("id", [current_trace().own(t)]) for t in list(c) + [x[k] for k in float_x]
+        fresh = [bind("id", [current_trace().own(t)]) for t in [c[k] for k in float_c] + [x[k] for k in float_x]
                  + [caps[k] for k in float_caps]]
-        c_in, rest = fresh[:nc], iter(fresh[nc:])
+        rest = iter(fresh)
+        c_in = [next(rest) if k in float_c else v for k, v in enumerate(c)]
         x_in = [next(rest) if k in float_x else v for k, v in enumerate(x)]
         cap_in = [next(rest) if k in float_caps else v for k, v in enumerate(caps)]
         outs = replay(body.graph, c_in + [i] + x_in + cap_in)
-        loss = sum(F.sum(o * w) for o, w in zip(outs, list(ct_carry) + list(ct_y)))
+        loss = sum(F.sum(outs[k] * w) for k, w in zip(float_c + float_y, list(ct_carry) + list(ct_y)))
         grads = backward(loss, fresh)
-        d_caps = tuple(a + d for a, d in zip(ct_caps, grads[nc + len(float_x):]))
-        return (tuple(grads[:nc]), d_caps), tuple(grads[nc:nc + len(float_x)])
+        nf, nfx = len(float_c), len(float_x)
+        d_caps = tuple(a + d for a, d in zip(ct_caps, grads[nf + nfx:]))
+        return (tuple(grads[:nf]), d_caps), tuple(grads[nf:nf + nfx])
     zeros = tuple(F.zeros_like(caps[k]) for k in float_caps)
-    (ct_init, ct_caps), ct_xs = _loop(lambda i, c, x: adjoint(c, x), (tuple(cts[:nc]), zeros),
-                                      (index, carries, tuple(xs), tuple(cts[nc:])), None, not body.reverse, 0,
-                                      body.src, "scan", role="adjoint")
-    d_xs, d_caps = dict(zip(float_x, ct_xs)), dict(zip(float_caps, ct_caps))
-    return list(ct_init) + [d_xs.get(k) for k in range(len(xs))] + [d_caps.get(k) for k in range(len(caps))]
+    (ct_init, ct_caps), ct_xs = _loop(lambda i, c, x: adjoint(c, x), (tuple(cts[k] for k in float_c), zeros),
+                                      (index, carries, tuple(xs), tuple(cts[k] for k in float_y)), None,
+                                      not body.reverse, 0, body.src, "scan", role="adjoint")
+    d_init, d_xs, d_caps = dict(zip(float_c, ct_init)), dict(zip(float_x, ct_xs)), dict(zip(float_caps, ct_caps))
+    return ([d_init.get(k) for k in range(nc)] + [d_xs.get(k) for k in range(len(xs))]
+            + [d_caps.get(k) for k in range(len(caps))])
