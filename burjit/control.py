@@ -90,14 +90,22 @@ def scan(f, init, xs=None, length=None, reverse=False):
 
 
 def fori_loop(lower, upper, body_fun, init_val):
-    """Like jax.lax.fori_loop: `body_fun(i, val) -> val` for i in range(lower, upper), Python
-    int bounds (a loop whose trip count is traced is not supported)."""
+    """Like jax.lax.fori_loop: `body_fun(i, val) -> val` for i in range(lower, upper). With Python
+    int bounds the trip count is fixed when the step compiles (and `grad` goes through it); a
+    traced integer bound makes it a while_loop over (i, val), compiled once for every count."""
     src = user_src()
+    traced = False
     for name, v in (("lower", lower), ("upper", upper)):
-        if isinstance(v, Tracer) or not isinstance(v, (int, np.integer)) or isinstance(v, bool):
-            raise TracingError(f"{describe(src)}\n  fori_loop: {name} must be a Python int, got "
-                               f"{'a traced value' if isinstance(v, Tracer) else type(v).__name__}; "
-                               "the number of iterations is fixed when the step is compiled")
+        if isinstance(v, Tracer) and v.shape == () and v.dtype in ("int32", "int64"):
+            traced = True
+        elif isinstance(v, Tracer) or not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            raise TracingError(f"{describe(src)}\n  fori_loop: {name} must be a Python int or a traced integer "
+                               f"scalar, got {f'a traced {v.dtype}{list(v.shape)}' if isinstance(v, Tracer) else type(v).__name__}")
+    if traced:
+        upper = F.astype(upper, "int64")
+        i, val = while_loop(lambda c: c[0] < upper, lambda c: (c[0] + 1, body_fun(c[0], c[1])),
+                            (F.astype(lift(lower), "int64"), init_val))
+        return val
     carry, _ = _loop(lambda i, c, x: (body_fun(i, c), None), init_val, None, max(int(upper) - int(lower), 0),
                      False, int(lower), src, "fori_loop")
     return carry

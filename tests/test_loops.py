@@ -145,12 +145,28 @@ def test_carry_that_changes_shape_or_dtype_names_the_line():
 
 def test_bad_loop_arguments_name_the_line():
     x = np.ones(3)
-    _error(lambda x, n: burjit.fori_loop(0, n, lambda i, c: c, x), x, np.int64(3), match="upper must be a Python int")
+    _error(lambda x, n: burjit.fori_loop(0, n, lambda i, c: c, x), x, np.float64(3), match=r"upper must be a Python int or a "
+           r"traced integer scalar, got a traced float64\[\]")
+    _error(lambda x: burjit.fori_loop(0.5, 2, lambda i, c: c, x), x, match="lower must be .* got float")
     _error(lambda x: burjit.scan(lambda c, r: (c, r), x, (np.ones((2, 3)), np.ones((3, 3)))), x,
            match="disagree on the number of iterations: 2, 3")
     _error(lambda x: burjit.scan(lambda c, r: (c, r), x, np.ones((2, 3)), length=5), x, match="2, 5")
     _error(lambda x: burjit.scan(lambda c, r: (c, r), x), x, match="give length")
     _error(lambda x: burjit.scan(lambda c, r: c, x, length=2), x, match=r"must return \(carry, y\)")
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_fori_loop_with_traced_bounds_compiles_once_for_every_count(backend, tier):
+    step = burjit.compile(lambda x, lo, hi: burjit.fori_loop(lo, hi, lambda i, c: c * 2.0 + F.astype(i, "float64"), x),
+                          backend=backend, tier=tier)
+    for lo, hi in ((0, 3), (2, 7), (5, 5), (4, 1)):
+        expect = np.ones(2)
+        for i in range(lo, hi):
+            expect = expect * 2.0 + i
+        _close(step(np.ones(2), np.int64(lo), np.int32(hi)), expect)
+    assert len(step._cache) == 1  # the counts are arguments, not part of the signature
+    _error(burjit.grad(lambda x, n: F.sum(burjit.fori_loop(0, n, lambda i, c: c * c, x))), np.ones(2), np.int64(2),
+           match="while_loop has no trip count")
 
 
 def test_python_loop_over_a_traced_bound_points_to_fori_loop():
