@@ -23,12 +23,15 @@ def target_machine(codegen=3):
     return new_target_machine(codegen)
 
 
-def new_target_machine(codegen=3):
+def new_target_machine(codegen=3, library=False):
+    """library: code for a shared library (position independent, the default code model) instead
+    of this process's JIT."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_triple(llvm.get_process_triple())
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host_features(), opt=codegen,
-                                        codemodel="jitdefault")
+                                        reloc="pic" if library else "default",
+                                        codemodel="default" if library else "jitdefault")
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,6 +90,12 @@ def link(modules):
 def emit_object(module, codegen=3):
     with LOCK:
         return target_machine(codegen).emit_object(module)
+
+
+def emit_library_object(module):
+    """Object code of `module` for a shared library (export.py)."""
+    with LOCK:
+        return new_target_machine(library=True).emit_object(module)
 
 
 def emit_assembly(module):

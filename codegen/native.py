@@ -188,10 +188,12 @@ class NativeExecutable(_Lowered):
             self._ir["emitted"] = parts
         return self._ir["emitted"]
 
-    def _module(self, optimized):
+    def _module(self, optimized, entry=True):
         """One llvmlite.binding module of the whole step: its own modules and its kernels, each
-        optimised as it is compiled (or as emitted), linked together."""
-        parts = self._emitted() + [(text, objects.KERNEL) for text in self.lowering.kernels.values()]
+        optimised as it is compiled (or as emitted), linked together; without the Python entry
+        if not `entry` (export.py)."""
+        own = self._emitted() if entry else self._emitted()[:1]
+        parts = own + [(text, objects.KERNEL) for text in self.lowering.kernels.values()]
         mods = [engine.parse(text) for text, _ in parts]
         if optimized:
             for mod, (_, (level, vectorise)) in zip(mods, parts):
@@ -219,6 +221,11 @@ class NativeExecutable(_Lowered):
         opcode or None if dispatched per record, records that are fused pairs, registers). A loop
         body's kernels are among the kernels (its step function is in the driver)."""
         return dict(self._stats, per_kernel=[dict(k) for k in self._kernels])
+
+    def export(self, path, leaves):
+        """Write the step as a C library (export.py): `leaves` describes its inputs and outputs."""
+        from . import export
+        return export.write(self, path, leaves)
 
     def dump(self, directory):
         d = Path(directory)
