@@ -6,26 +6,39 @@ Public API:
     fori_loop(lower, upper, body_fun, init_val), scan(f, init, xs=None, length=None, reverse=False),
     while_loop(cond_fun, body_fun, init_val)
     export(step, *example_args, path): the compiled step as a C library (.so, .h, .json)
+    load(path): an exported library as a callable, on ctypes and numpy alone
     ops (also burjit.numpy): numpy-style functions on traced values
     nn, optim: functional layers and optimizers
     TracingError, ShapeError
+
+The compiler's modules load on first use of one of their names: a process that only
+`load()`s exported steps never imports llvmlite or networkx (58 MB more, measured).
 """
 
-from . import ops
-from . import numpy
-from . import reference
-from . import nn, optim
-from .autodiff import grad, value_and_grad
-from .control import fori_loop, scan, while_loop
-from .jit import compile, register_backend
-from .export import export
-from .errors import ShapeError, TracingError
-from .graph import Graph
-from .reference import evaluate
+import importlib
 
-register_backend("reference", reference.ReferenceExecutable, passes=())
-from . import codegen as _codegen  # noqa: E402,F401  (registers the "native" backend)
+from .errors import ShapeError, TracingError
+from .library import load
+
+_HOMES = {"compile": "jit", "register_backend": "jit", "grad": "autodiff", "value_and_grad": "autodiff",
+          "fori_loop": "control", "scan": "control", "while_loop": "control", "export": "export",
+          "Graph": "graph", "evaluate": "reference"}
 
 __all__ = ["compile", "grad", "value_and_grad", "ops", "numpy", "evaluate", "Graph",
            "TracingError", "ShapeError", "register_backend", "nn", "optim", "fori_loop", "scan", "while_loop",
-           "export"]
+           "export", "load"]
+
+
+def __getattr__(name):
+    """A public name or a submodule (burjit.ops, burjit.nn, ...), imported when first asked for."""
+    if name in _HOMES:
+        value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    else:
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value

@@ -2,7 +2,7 @@
 
 The step is lowered for the example arguments' signature (as a call would), then its backend
 writes the library (codegen/export.py): name.so, name.o, name.h (the C ABI) and name.json (the
-same in data, with the pytrees, so a loader can rebuild the step's interface).
+same in data, with the pytrees, so burjit.load (library.py) rebuilds the step's interface).
 """
 
 from importlib import metadata
@@ -24,14 +24,17 @@ def export(step, *example_args, path):
     if static:
         raise ValueError("burjit.export: static arguments are baked into the library; export a step without "
                          "static_argnums (close over the values instead)")
-    trees = [pytree.flatten(a)[1] for a in example_args]
-    inputs = [_name(("arg", i) + p) for i, td in enumerate(trees) for p in pytree.leaf_paths(td)]
+    in_tree = pytree.flatten(example_args)[1]
+    inputs = [_name(("arg",) + p) for p in pytree.leaf_paths(in_tree)]
     outputs = [_name(("out",) + p) for p in pytree.leaf_paths(entry.out_tree)]
     if len(inputs) != len(entry.graph.inputs):
         raise ValueError("burjit.export: the example arguments must be arrays or numpy scalars only (a Python "
                          "scalar would be baked into the library)")
-    return write(path, dict(inputs=inputs, outputs=outputs, in_tree=repr(tuple(trees)), out_tree=repr(entry.out_tree),
-                            version=_version()))
+    try:  # name.json carries both pytrees, for burjit.load
+        trees = dict(in_tree=pytree.to_data(in_tree), out_tree=pytree.to_data(entry.out_tree))
+    except TypeError as e:
+        raise ValueError(f"burjit.export: {e}") from None
+    return write(path, dict(inputs=inputs, outputs=outputs, version=_version(), **trees))
 
 
 def _name(path):

@@ -412,3 +412,10 @@ def _static_key(v):
         return value_key(v)
     except TypeError:
         raise TracingError(f"static argument {v!r} is not hashable") from None
+
+
+# The built-in backends, registered wherever an import of the compiler starts (burjit's own
+# __init__ imports nothing of it until used: burjit.load stays free of LLVM and networkx).
+from . import reference as _reference  # noqa: E402
+register_backend("reference", _reference.ReferenceExecutable, passes=())
+from . import codegen as _codegen  # noqa: E402,F401  (registers the "native" backend, the default)

@@ -80,6 +80,30 @@ def leaf_paths(treedef):
     return [(k,) + path for k, child in zip(keys, treedef[2]) for path in leaf_paths(child)]
 
 
+def to_data(treedef):
+    """The treedef as JSON-ready lists (an exported library's name.json); from_data inverts it.
+    A namedtuple's class cannot be written down without importing it again: refused."""
+    if treedef == LEAF:
+        return LEAF
+    kind = treedef[0]
+    if kind == "none":
+        return [kind]
+    if kind == "namedtuple":
+        raise TypeError(f"a namedtuple ({treedef[1].__name__}) cannot be written as data; use a tuple or a dict")
+    if kind == "dict" and not all(type(k) in (str, int) for k in treedef[1]):
+        raise TypeError(f"dict keys {treedef[1]!r} cannot be written as data; use str or int keys")
+    return [kind, list(treedef[1]) if kind == "dict" else treedef[1], [to_data(c) for c in treedef[2]]]
+
+
+def from_data(data):
+    """Inverse of to_data: the treedef, equal to the one flatten makes of the same tree."""
+    if data == LEAF:
+        return LEAF
+    if data[0] == "none":
+        return ("none",)
+    return (data[0], tuple(data[1]) if data[0] == "dict" else data[1], tuple(from_data(c) for c in data[2]))
+
+
 def tree_map(fn, tree, *rest):
     leaves, td = flatten(tree)
     others = [flatten(r)[0] for r in rest]

@@ -9,6 +9,7 @@ a call (scalar-region records and loop-body arenas held in numpy arrays, donated
 restored when a computed index fails) cannot be honoured by the library: export refuses it.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -54,20 +55,23 @@ def write(executable, path, leaves):
     files = {"o": path.with_suffix(".o"), "h": path.with_suffix(".h"), "json": path.with_suffix(".json")}
     _atomic(files["o"], _object(executable, f"{name}_step"))
     desc = describe(executable, name, leaves)
-    _atomic(files["json"], (json.dumps(desc, indent=1) + "\n").encode())
     _atomic(files["h"], header(desc).encode())
     cc = shutil.which(os.environ.get("CC") or "cc")
+    so, linked = path.with_suffix(".so"), None
+    if cc is not None:
+        tmp = so.with_name(f".{so.name}.{os.getpid()}")
+        done = subprocess.run([cc, "-shared", "-o", str(tmp), str(files["o"])], capture_output=True, text=True)
+        if done.returncode:
+            tmp.unlink(missing_ok=True)
+            raise RuntimeError(f"burjit.export: {cc} could not link {so.name}:\n{done.stderr.strip()}")
+        linked = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        os.replace(tmp, so)
+        files["so"] = so
+    desc["library_sha256"] = linked  # burjit.load refuses a .so that is not this one
+    _atomic(files["json"], (json.dumps(desc, indent=1) + "\n").encode())
     if cc is None:
         raise RuntimeError(f"burjit.export: no C compiler found (cc, or $CC) to link {name}.so; "
                            f"{files['o']} holds the step's object code, link it yourself")
-    so = path.with_suffix(".so")
-    tmp = so.with_name(f".{so.name}.{os.getpid()}")
-    done = subprocess.run([cc, "-shared", "-o", str(tmp), str(files["o"])], capture_output=True, text=True)
-    if done.returncode:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"burjit.export: {cc} could not link {so.name}:\n{done.stderr.strip()}")
-    os.replace(tmp, so)
-    files["so"] = so
     return files
 
 
@@ -95,9 +99,9 @@ def describe(executable, name, leaves):
     outputs = [dict(leaf(n, label), written_into_input=aliases.get(j))
                for j, (n, label) in enumerate(zip(g.outputs, leaves["outputs"]))]
     errors = []
-    for code, (node, size, _) in enumerate(low.errors, 1):
+    for code, (node, size, k) in enumerate(low.errors, 1):  # k: the input holding the indices, if one does
         a = g[node]
-        errors.append(dict(code=code, op=a["op"], axis_size=size, src=a.get("src")))
+        errors.append(dict(code=code, op=a["op"], axis_size=size, src=a.get("src"), input=k))
     return dict(burjit=leaves["version"], name=name, symbol=f"{name}_step", arena_bytes=low.arena_bytes,
                 arena_align=ALIGN, inputs=[leaf(n, label) for n, label in zip(g.inputs, leaves["inputs"])],
                 outputs=outputs, in_tree=leaves["in_tree"], out_tree=leaves["out_tree"], errors=errors,

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from burjit.errors import out_of_range
 from burjit.graph import collector_paused
 from burjit.primitives import ITEMSIZE
 from burjit.passes import pipeline
@@ -69,15 +70,10 @@ class _Lowered:
     def _message(self, rc, inputs):
         node, size, k = self.lowering.errors[rc - 1]
         a = self.graph[node]
-        where = f"{a['op']} at {a['src']}" if a.get("src") else a["op"]
         if k == "loop":  # error `size` of the loop's body, whose inputs Python never sees
             return f"{self.bodies[node]._message(size, None)}, in the loop at {a['src']}"
-        if k is not None and inputs is not None:
-            idx = np.asarray(inputs[k]).ravel()
-            bad = idx[(idx < 0) | (idx >= size)]
-            if bad.size:
-                return f"index {bad[0]} is out of range for an axis of size {size} ({where})"
-        return f"an index computed in the step is out of range for an axis of size {size} ({where})"
+        return out_of_range(size, a["op"], a.get("src"),
+                            np.asarray(inputs[k]) if k is not None and inputs is not None else None)
 
     def memory_plan(self):
         plan, low = self.graph.meta["memory"], self.lowering

@@ -5,6 +5,8 @@ import ctypes
 import json
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,3 +137,15 @@ def test_without_a_c_compiler_the_object_code_is_left_and_named(tmp_path, monkey
     with pytest.raises(RuntimeError, match=r"no C compiler .*tiny\.o holds the step's object code"):
         burjit.export(burjit.compile(_tiny, tier="straight"), np.array([-41.0, 2.0]), path=tmp_path / "tiny")
     assert (tmp_path / "tiny.o").stat().st_size > 0 and not (tmp_path / "tiny.so").exists()
+
+
+@pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None, reason="no cc or make on this machine")
+def test_the_c_example_builds_with_one_make_and_trains_as_the_python_step_does(tmp_path):
+    example = Path(__file__).resolve().parent.parent / "examples" / "export_c"
+    subprocess.run(["make", "-C", str(example), f"BUILD={tmp_path}", f"PYTHON={sys.executable}"], check=True,
+                   capture_output=True)
+    c = subprocess.run([str(tmp_path / "train")], capture_output=True, text=True, check=True).stdout.splitlines()
+    py = subprocess.run([sys.executable, str(example / "export.py"), str(tmp_path / "py"), "--python"],
+                        capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(c) == 100 and c == py  # 17 significant digits: the same doubles, bit for bit
+    assert float(c[-1].split()[-1]) >= 0.95  # and it learned
