@@ -7,6 +7,7 @@ computes the right numbers is the subject of its own tests (and of every benchma
 """
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -139,3 +140,14 @@ def test_front_door_prints_and_writes_every_case(tmp_path, capsys):
     assert all(r["compiled_us"] > 0 and r["plain_us"] > 0 for r in rows)
     printed = capsys.readouterr().out
     assert all(r["case"] in printed for r in rows)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on this machine")
+def test_exported_rows_run_exp1_from_c_and_from_load_with_its_published_answer(tmp_path, capsys):
+    from benchmarks import exported
+    out = tmp_path / "exported.json"
+    rows = exported.main(["--steps", "1000", "--calls", "100", "--rounds", "1", "--out", str(out)])
+    assert json.loads(out.read_text()) == rows and len(rows) == 3
+    assert all(r["check"] == [612.5, -35.0, 1050.0] and r["us_per_step"] > 0 and r["peak_rss"] > 0 for r in rows)
+    assert [r["heavy_imports"] for r in rows] == ["-", "-", "llvmlite,networkx"]
+    assert "WRONG" not in capsys.readouterr().out
