@@ -151,3 +151,11 @@ def test_exported_rows_run_exp1_from_c_and_from_load_with_its_published_answer(t
     assert all(r["check"] == [612.5, -35.0, 1050.0] and r["us_per_step"] > 0 and r["peak_rss"] > 0 for r in rows)
     assert [r["heavy_imports"] for r in rows] == ["-", "-", "llvmlite,networkx"]
     assert "WRONG" not in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on this machine")
+def test_the_burjit_load_row_runs_the_exported_tiny_step_in_a_worker_without_the_compiler(tmp_path):
+    rows = run.main(["--quick", "--only", "tiny", "--frameworks", "burjit.load", "--rounds", "1",
+                     "--round-time", "0.001", "--out", str(tmp_path)])
+    assert [(r["framework"], r["status"]) for r in rows] == [("burjit.load", "ok")], rows
+    assert rows[0]["step_s"] > 0 and rows[0]["peak_rss"] > 0

@@ -14,7 +14,7 @@ the operators + - * / ** @, basic indexing and integer-array indexing (an embedd
 """
 
 from .autograd import Autograd
-from .burjit import Burjit
+from .burjit import Burjit, BurjitLoad
 from .common import Bench, Skip, named_leaves, tree_map
 from .jax import Jax
 from .micrograd import Micrograd
@@ -25,7 +25,7 @@ from .tinygrad import Tinygrad
 from .torch import Torch
 
 FRAMEWORKS = {fw.name: fw for fw in (
-    Burjit(), Burjit("burjit-ref", backend="reference"), Torch(), Torch("torch.compile", compiled=True),
+    Burjit(), Burjit("burjit-ref", backend="reference"), BurjitLoad(), Torch(), Torch("torch.compile", compiled=True),
     Jax(), TensorFlow(), TensorFlow("tf.function", graph=True), TFLite(),
     MLX(), MLX("mlx.compile", compiled=True), Tinygrad(),
     Autograd(), Micrograd())}

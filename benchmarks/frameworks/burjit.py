@@ -1,10 +1,16 @@
-"""burjit itself: `burjit.compile` of `value_and_grad`, the parameters donated to the SGD step."""
+"""burjit itself: `burjit.compile` of `value_and_grad`, the parameters donated to the SGD step;
+and `burjit.load` of the same step exported (`python -m benchmarks.frameworks.burjit` exports it)."""
 
+import importlib
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
-from .common import Bench, first_leaf, read_state, tree_map, version
+from .common import Bench, Skip, first_leaf, read_state, tree_map, version
 
 
 class Burjit:
@@ -90,3 +96,46 @@ def _arena(step):
     except AttributeError:
         return None
     return report.get("arena_bytes") if isinstance(report, dict) else getattr(report, "arena_bytes", None)
+
+
+class BurjitLoad:
+    """The grad step exported by a child process and `burjit.load`ed here: the worker never imports
+    the compiler, so its peak RSS is what a Python program running an exported step pays."""
+    family = "burjit"
+    name = "burjit.load"
+    dtypes = Burjit.dtypes
+
+    def load(self, dtype):
+        import burjit
+        self.bj = burjit
+        return f"{version('burjit')} (exported; ctypes)"
+
+    def grad(self, f, x0):
+        path = Path(tempfile.mkdtemp(prefix="burjit-load-")) / "step"
+        done = subprocess.run([sys.executable, "-m", __name__, f"{f.__module__}:{f.__qualname__}", str(x0.dtype),
+                               ",".join(map(str, x0.shape)), str(path)], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[2])
+        if done.returncode:
+            raise Skip(f"export failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+        step, x, out = self.bj.load(path), np.array(x0), {}
+
+        def run():
+            out["value"], out["grad"] = step(x)
+        return Bench(run, lambda: {k: np.array(v) for k, v in out.items()})
+
+    def sgd(self, loss, params, batch, lr):
+        raise Skip("burjit.load rows cover the grad workloads (their function is exported by name)")
+
+
+def _export(target, dtype, shape, path):
+    """Export value_and_grad of the workload function `module:name` as BurjitLoad loads it."""
+    module, name = target.split(":")
+    f = getattr(importlib.import_module(module), name)
+    fw = Burjit()
+    fw.load(dtype)
+    step = fw.bj.compile(fw.bj.value_and_grad(lambda x: f(fw.xp, x)), tier="straight")
+    fw.bj.export(step, np.zeros(tuple(int(n) for n in shape.split(",") if n), dtype), path=path)
+
+
+if __name__ == "__main__":
+    _export(*sys.argv[1:])

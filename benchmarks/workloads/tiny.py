@@ -10,6 +10,7 @@ import numpy as np
 from . import Grad
 
 EXPECTED = {"value": [612.5], "grad": [-35.0, 1050.0]}
+EXTRA = ("burjit.load",)  # the exported step beside the compiled one (benchmarks.exported: from C)
 PUBLISHED = "BurTorch (C++, on its authors' machine): 0.07 us per iteration"
 
 
