@@ -1,4 +1,5 @@
-"""A native step as a C library: name.o, name.so (linked with the system's `cc`), name.h, name.json.
+"""A native step as a C library: name.o, name.so (linked with the system's `cc` and libm, which
+the step may call for pow), name.h, name.json.
 
 The library is the step function and its kernels, compiled again as position-independent code
 for the host CPU; the Python entry (abi.py) stays out, so nothing in it needs Python. Its one
@@ -60,7 +61,7 @@ def write(executable, path, leaves):
     so, linked = path.with_suffix(".so"), None
     if cc is not None:
         tmp = so.with_name(f".{so.name}.{os.getpid()}")
-        done = subprocess.run([cc, "-shared", "-o", str(tmp), str(files["o"])], capture_output=True, text=True)
+        done = subprocess.run([cc, "-shared", "-o", str(tmp), str(files["o"]), "-lm"], capture_output=True, text=True)
         if done.returncode:
             tmp.unlink(missing_ok=True)
             raise RuntimeError(f"burjit.export: {cc} could not link {so.name}:\n{done.stderr.strip()}")

@@ -149,3 +149,30 @@ def test_the_c_example_builds_with_one_make_and_trains_as_the_python_step_does(t
                         capture_output=True, text=True, check=True).stdout.splitlines()
     assert len(c) == 100 and c == py  # 17 significant digits: the same doubles, bit for bit
     assert float(c[-1].split()[-1]) >= 0.95  # and it learned
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on this machine")
+def test_a_step_calling_libm_links_into_a_c_program_that_names_only_the_library(tmp_path):
+    step = burjit.compile(burjit.value_and_grad(lambda x, y: F.sum(F.exp(x) * F.log(y) + x ** y)), tier="straight")
+    x = np.linspace(0.1, 1.0, 8)
+    burjit.export(step, x, x + 1.0, path=tmp_path / "mathy")
+    (tmp_path / "main.c").write_text("""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mathy.h"
+int main(void) {
+    double x[MATHY_INPUT_0_SIZE], y[MATHY_INPUT_1_SIZE], v, g[MATHY_OUTPUT_1_SIZE];
+    for (int i = 0; i < MATHY_INPUT_0_SIZE; i++) { x[i] = 0.1 + 0.9 * i / 7; y[i] = x[i] + 1.0; }
+    void *arena = aligned_alloc(MATHY_ARENA_ALIGN, 4096 + MATHY_ARENA_BYTES / MATHY_ARENA_ALIGN * MATHY_ARENA_ALIGN);
+    memset(arena, 0, MATHY_ARENA_BYTES);
+    void *argv[] = {x, y, &v, g, arena};
+    int rc = mathy_step(argv);
+    printf("%d %.17g %.17g\\n", rc, v, g[7]);
+    return rc;
+}
+""")
+    subprocess.run(["cc", "-O1", "-o", "main", "main.c", "mathy.so", "-Wl,-rpath,$ORIGIN"], cwd=tmp_path, check=True)
+    out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True).stdout.split()
+    v, g = step(x, x + 1.0)
+    assert out == ["0", f"{float(v):.17g}", f"{g[7]:.17g}"]
