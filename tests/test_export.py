@@ -176,3 +176,31 @@ int main(void) {
     out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True).stdout.split()
     v, g = step(x, x + 1.0)
     assert out == ["0", f"{float(v):.17g}", f"{g[7]:.17g}"]
+
+
+def test_threads_with_an_arena_each_share_one_library(tmp_path):
+    """ctypes releases the GIL during the call, so the threads' steps really overlap."""
+    import threading
+    step = burjit.compile(_sgd, donate_argnums=0, tier="straight")
+    idx, y = np.array([0, 3, 4]), np.ones((3, 2)) * 0.5
+    files = burjit.export(step, _params(), idx, y, path=tmp_path / "sgd")
+    desc, lib = json.loads(files["json"].read_text()), ctypes.CDLL(str(files["so"]))
+    serial = [_params()["emb"], _params()["w"]]
+    for _ in range(300):
+        _call(lib, desc, serial + [idx, y])
+    results = []
+
+    def train():
+        leaves, arena = [_params()["emb"], _params()["w"]], _arena(desc)
+        fn = getattr(lib, desc["symbol"])
+        outs = [np.zeros(o["shape"], o["dtype"]) for o in desc["outputs"]]
+        pointers = [a.ctypes.data for a in leaves + [idx, y] + outs + [arena]]
+        argv = (ctypes.c_void_p * len(pointers))(*pointers)
+        assert not any(fn(argv) for _ in range(300))
+        results.append(leaves)
+    threads = [threading.Thread(target=train) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2 and all(a.tobytes() == b.tobytes() for r in results for a, b in zip(r, serial))
