@@ -129,7 +129,7 @@ def header(desc):
              " * It returns 0, or an error code > 0 (an index out of range, listed below) having changed",
              " * no input (the outputs' contents are then undefined).",
              f" * The code was built for {desc['target']['cpu']} ({desc['target']['triple']}); {name}.json lists",
-             " * the CPU features it needs. */",
+             f" * the CPU features it needs. Link a program with {name}.so, or with {name}.o and -lm. */",
              f"#ifndef {N}_H", f"#define {N}_H", "", "#include <stdint.h>", "",
              f"#define {N}_N_INPUTS {n_in}", f"#define {N}_N_OUTPUTS {n_out}",
              f"#define {N}_ARENA_BYTES {desc['arena_bytes']}", f"#define {N}_ARENA_ALIGN {desc['arena_align']}", ""]
