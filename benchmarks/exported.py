@@ -21,7 +21,10 @@ import numpy as np
 
 import burjit
 
+from .frameworks.burjit import straight_grad
 from .workloads import tiny as exp1
+
+TINY = f"{exp1.__name__}:{exp1.tiny.__name__}"  # the workload function, as straight_grad names it
 
 C_LOOP = r"""
 #include <stdio.h>
@@ -61,8 +64,9 @@ kind, path, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if kind == "load":
     step = burjit.load(path)
 else:
-    from benchmarks.exported import compiled
-    step = compiled()
+    from benchmarks.exported import TINY
+    from benchmarks.frameworks.burjit import straight_grad
+    step = straight_grad(TINY, "float64")
 x = np.array([-41.0, 2.0])
 v, g = step(x)
 t = time.perf_counter()
@@ -74,20 +78,9 @@ print(s, float(v), g[0], g[1], peak_bytes(), ",".join(heavy) or "-")
 """
 
 
-def compiled():
-    return burjit.compile(burjit.value_and_grad(lambda x: exp1.tiny(SimpleUnstack, x)), tier="straight")
-
-
-class SimpleUnstack:
-    """The one `xp` function exp1 needs."""
-    @staticmethod
-    def unstack(x):
-        return [x[i] for i in range(x.shape[0])]
-
-
 def run(args):
     tmp = Path(tempfile.mkdtemp(prefix="burjit-exported-"))
-    burjit.export(compiled(), np.array([-41.0, 2.0]), path=tmp / "tiny")
+    burjit.export(straight_grad(TINY, "float64"), np.array([-41.0, 2.0]), path=tmp / "tiny")
     (tmp / "loop.c").write_text(C_LOOP)
     subprocess.run(["cc", "-O2", "-o", "loop", "loop.c", "tiny.so", "-Wl,-rpath,$ORIGIN"], cwd=tmp, check=True)
     root = str(Path(__file__).resolve().parent.parent)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import pytree
+from . import arena, pytree
 from .errors import out_of_range
 
 # LLVM's names for the x86 instruction sets our numeric code may use -> Linux's /proc/cpuinfo flags.
@@ -80,9 +80,7 @@ class Library:
         self._inputs = [(x["name"], tuple(x["shape"]), np.dtype(x["dtype"])) for x in desc["inputs"]]
         self._outputs = [(tuple(x["shape"]), np.dtype(x["dtype"]), x["written_into_input"]) for x in desc["outputs"]]
         self._donated = {x["written_into_input"] for x in desc["outputs"]} - {None}
-        raw = np.zeros(desc["arena_bytes"] + desc["arena_align"], np.uint8)
-        start = -raw.ctypes.data % desc["arena_align"]
-        self._arena = raw[start:start + desc["arena_bytes"]]
+        self._arena = arena.zeroed(desc["arena_bytes"], desc["arena_align"])
         self._argv = (ctypes.c_void_p * (len(self._inputs) + len(self._outputs) + 1))()
         self._argv[-1] = self._arena.ctypes.data
         self._lock = threading.Lock()

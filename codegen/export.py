@@ -20,10 +20,10 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
+from burjit.passes.memplan import ALIGN  # the arena's alignment (native.py allocates it so too)
+
 from . import engine
 from .lowering import SYMBOL
-
-ALIGN = 64  # the arena's alignment, as native.py allocates it
 
 
 def refusal(executable):

@@ -37,10 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
+from burjit import arena
 from burjit.errors import out_of_range
 from burjit.graph import collector_paused
 from burjit.primitives import ITEMSIZE
 from burjit.passes import pipeline
+from burjit.passes.memplan import ALIGN
 
 from . import abi, cache, engine, objects
 from .lowering import ENTRY, SYMBOL, Lowering
@@ -59,9 +61,7 @@ class _Lowered:
             self.lowering = low = Lowering(graph, poison=os.environ.get("BURJIT_POISON_ARENA") == "1",
                                            offsets=offsets, bodies={n: b.lowering for n, b in self.bodies.items()})
             self.key = cache.key((*_key_parts(graph, low), [b.key for b in self.bodies.values()]))
-        raw = np.zeros(low.arena_bytes + 64, dtype=np.uint8)
-        start = -raw.ctypes.data % 64
-        self._arena = raw[start:start + low.arena_bytes]  # 64-byte aligned
+        self._arena = arena.zeroed(low.arena_bytes, ALIGN)
         for gi, at in low.record_slots.items():  # the tapes' records and runs: arrays the lowering keeps alive
             self._arena[at:at + 16].view(np.uint64)[:] = low.tapes[gi].records.ctypes.data, low.tapes[gi].runs.ctypes.data
         for n, at in low.loop_slots.items():  # each loop body's arena (bodies.py)

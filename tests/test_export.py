@@ -13,6 +13,7 @@ import pytest
 
 import burjit
 from burjit import ops as F
+from burjit.arena import zeroed
 
 
 def _tiny(x):
@@ -38,14 +39,14 @@ def _params():
 
 
 def _arena(desc):
-    raw = np.zeros(desc["arena_bytes"] + desc["arena_align"], np.uint8)
-    return raw[-raw.ctypes.data % desc["arena_align"]:][:desc["arena_bytes"]]
+    return zeroed(desc["arena_bytes"], desc["arena_align"])
 
 
-def _call(lib, desc, inputs):
-    """Run the library's step on numpy inputs; (rc, outputs), outputs written into donated inputs included."""
+def _call(lib, desc, inputs, arena=None):
+    """Run the library's step on numpy inputs (in a fresh arena unless given one); (rc, outputs),
+    outputs written into donated inputs included."""
     outs = [np.zeros(o["shape"], o["dtype"]) for o in desc["outputs"]]
-    arena = _arena(desc)
+    arena = _arena(desc) if arena is None else arena
     argv = (ctypes.c_void_p * (len(inputs) + len(outs) + 1))(*[a.ctypes.data for a in inputs + outs + [arena]])
     fn = getattr(lib, desc["symbol"])
     fn.restype = ctypes.c_int32
@@ -190,13 +191,9 @@ def test_threads_with_an_arena_each_share_one_library(tmp_path):
         _call(lib, desc, serial + [idx, y])
     results = []
 
-    def train():
+    def train():  # each thread with its own arena, kept across its calls
         leaves, arena = [_params()["emb"], _params()["w"]], _arena(desc)
-        fn = getattr(lib, desc["symbol"])
-        outs = [np.zeros(o["shape"], o["dtype"]) for o in desc["outputs"]]
-        pointers = [a.ctypes.data for a in leaves + [idx, y] + outs + [arena]]
-        argv = (ctypes.c_void_p * len(pointers))(*pointers)
-        assert not any(fn(argv) for _ in range(300))
+        assert not any(_call(lib, desc, leaves + [idx, y], arena)[0] for _ in range(300))
         results.append(leaves)
     threads = [threading.Thread(target=train) for _ in range(2)]
     for t in threads:

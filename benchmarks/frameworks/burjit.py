@@ -127,14 +127,21 @@ class BurjitLoad:
         raise Skip("burjit.load rows cover the grad workloads (their function is exported by name)")
 
 
-def _export(target, dtype, shape, path):
-    """Export value_and_grad of the workload function `module:name` as BurjitLoad loads it."""
+def straight_grad(target, dtype):
+    """value_and_grad of the workload function `module:name`, compiled on the straight-line tier
+    (the one export takes)."""
     module, name = target.split(":")
     f = getattr(importlib.import_module(module), name)
     fw = Burjit()
     fw.load(dtype)
-    step = fw.bj.compile(fw.bj.value_and_grad(lambda x: f(fw.xp, x)), tier="straight")
-    fw.bj.export(step, np.zeros(tuple(int(n) for n in shape.split(",") if n), dtype), path=path)
+    return fw.bj.compile(fw.bj.value_and_grad(lambda x: f(fw.xp, x)), tier="straight")
+
+
+def _export(target, dtype, shape, path):
+    """Export straight_grad(target, dtype) as BurjitLoad loads it."""
+    import burjit
+    burjit.export(straight_grad(target, dtype), np.zeros(tuple(int(n) for n in shape.split(",") if n), dtype),
+                  path=path)
 
 
 if __name__ == "__main__":
