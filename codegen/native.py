@@ -137,7 +137,7 @@ class NativeExecutable(_Lowered):
             self.__class__ = _CheckedExecutable
         else:
             self._call = self._entry.function
-            self._lean = self.fast_path(None, None)
+            self._lean = self.fast_path()
 
     def __call__(self, inputs):
         """Run the step: the lean path (no staging, no constant-index error, object layouts known),
@@ -147,23 +147,24 @@ class NativeExecutable(_Lowered):
         outs = self._lean(inputs)
         return outs if outs is not None else _CheckedExecutable.__call__(self, inputs)
 
-    def fast_path(self, rebuild, mismatch, prelude=None):
-        """A function: the list of inputs (arrays, or numpy scalars where 0-d) -> rebuild(the
-        outputs list), or `mismatch`, nothing run, if an input is not of the type, shape, dtype
-        and layout the step was built for (the entry checks them all: lowering.py); an index
-        out of range raises IndexError. One generated function, as every Python call layer
-        costs about what the native step of a small graph does: with prelude = (names, lines,
-        result) it takes the caller's arguments `a` instead, its lines making the inputs list
-        `i` (or returning `mismatch`), and returns the expression `result` over the outputs `o`."""
+    def fast_path(self, prelude=None):
+        """A function: the list of inputs (arrays, or numpy scalars where 0-d) -> the outputs
+        list, or None, nothing run, if an input is not of the type, shape, dtype and layout the
+        step was built for (the entry checks them all: lowering.py); an index out of range raises
+        IndexError. One generated function, as every Python call layer costs about what the
+        native step of a small graph does: with prelude = (names, params, lines, result, refused)
+        it takes `params` instead, its lines making the inputs list `i` (or returning), and
+        returns the expression `result` over the outputs `o`, or `refused` if the entry refuses
+        an input."""
         env, outs = _outputs_display(self.graph)
-        env.update(C=self._call, A=self._arena, R=rebuild, M=mismatch, fail=self._failed)
-        head, lines, result = "i", [], "R(o)" if rebuild else "o"
+        env.update(C=self._call, A=self._arena, fail=self._failed)
+        params, lines, result, refused = "i", [], "o", "None"
         if prelude is not None:
             env.update(prelude[0])
-            head, lines, result = "a", prelude[1], prelude[2]
+            params, lines, result, refused = prelude[1:]
         lines = lines + [f"o = {outs}", "r = C(i, o, A)", "if r is o:", f"    return {result}", "if r is i:",
-                         "    fail(i)", "return M"]
-        exec(f"def run({head}):\n    " + "\n    ".join(lines) + "\n", env)  # noqa: S102 (names and ints only)
+                         "    fail(i)", f"return {refused}"]
+        exec(f"def run({params}):\n    " + "\n    ".join(lines) + "\n", env)  # noqa: S102 (names and ints only)
         return env["run"]
 
     def _failed(self, inputs):

@@ -185,7 +185,7 @@ def _warm(step, *args):
     """Call twice so the entry's fast path is in place; then make _signature loud."""
     step(*args)
     step(*args)
-    assert step._fast is not None
+    assert type(step).__call__ is not burjit.jit.CompiledFunction.__call__
 
 
 def test_the_signature_called_last_skips_the_python_checks(monkeypatch):
@@ -293,3 +293,17 @@ def test_overlap_checks_hold_when_the_donated_inputs_stay_and_others_move():
         step(big[:4], big[2:6], y)
     out, _ = step(w, np.ones(4), y)
     assert out is w and np.array_equal(w, np.full(4, 8.0))  # four good calls of w + 1 + 1; the refused ones wrote nothing
+
+
+def test_each_compiled_function_keeps_its_own_fast_path():
+    # the fast path is the __call__ of the function's own class: installing one must not touch another
+    double, square = burjit.compile(lambda x: x * 2.0), burjit.compile(lambda x: x * x)
+    x = np.arange(3.0)
+    _warm(double, x)
+    _warm(square, x)
+    assert type(double) is not type(square) and isinstance(double, burjit.jit.CompiledFunction)
+    for _ in range(2):
+        np.testing.assert_array_equal(double(x), 2.0 * x)
+        np.testing.assert_array_equal(square(x), x * x)
+        np.testing.assert_array_equal(double(np.arange(4.0)), 2.0 * np.arange(4.0))  # another signature
+    assert type(double).__name__ == "CompiledFunction" and type(copy.copy(double)) is not type(double)
