@@ -9,6 +9,7 @@ Public API:
     load(path): an exported library as a callable, on ctypes and numpy alone
     ops (also burjit.numpy): numpy-style functions on traced values
     nn, optim: functional layers and optimizers
+    distributed: data-parallel training on MPI (mpi4py; `pip install -e ".[mpi]"`)
     TracingError, ShapeError
 
 The compiler's modules load on first use of one of their names: a process that only
@@ -26,7 +27,7 @@ _HOMES = {"compile": "jit", "register_backend": "jit", "grad": "autodiff", "valu
 
 __all__ = ["compile", "grad", "value_and_grad", "ops", "numpy", "evaluate", "Graph",
            "TracingError", "ShapeError", "register_backend", "nn", "optim", "fori_loop", "scan", "while_loop",
-           "export", "load"]
+           "export", "load", "distributed"]
 
 
 def __getattr__(name):

@@ -1,0 +1,128 @@
+"""Run under mpiexec by test_distributed.py: data-parallel training equals one process's full batch.
+
+    mpiexec -n N python tests/mpi_program.py train mlp|gpt [micro-batches per shard]
+    mpiexec -n N python tests/mpi_program.py edges
+    mpiexec -n N python tests/mpi_program.py fail
+
+`train`: each rank trains on its shard with pmean'd gradients; rank 0 checks that every rank
+holds bit-identical parameters and that they equal full-batch training in one process within
+1e-12 (float64), then prints "OK ...". `fail`: the last rank raises while the others wait in
+an allreduce; abort_on_error must end the job with that rank's message.
+"""
+
+import sys
+
+import numpy as np
+
+import burjit
+from burjit import distributed as dist
+from burjit import nn, optim
+from burjit.pytree import flatten, tree_map
+
+
+def _model(name):
+    """(loss(params, x, y), params on rank 0, optimizer, global batches(step) -> (x, y))."""
+    rng = np.random.default_rng(0)
+    if name == "mlp":
+        layers = [nn.Linear(3, 16, dtype="float64"), nn.Linear(16, 1, dtype="float64")]
+
+        def loss(p, x, y):
+            return burjit.ops.mean((layers[1](p[1], burjit.ops.tanh(layers[0](p[0], x))) - y) ** 2.0)
+        params = [layer.init(rng) for layer in layers]
+        xs = rng.standard_normal((40, 12, 3))
+        return loss, params, optim.sgd(0.1, momentum=0.9), lambda t: (xs[t], np.sin(xs[t].sum(1, keepdims=True)))
+    model = nn.GPT(vocab_size=7, block_size=6, n_layer=1, n_head=2, d_model=8, dtype="float64")
+    seqs = (rng.integers(0, 7, (40, 12, 1)) + np.arange(7)) % 7
+    # SGD, not AdamW: Adam's g / sqrt(v) turns last-bit differences of near-zero gradients into
+    # 1e-11 after 40 steps (measured), which would hide the 1e-16 of the averaging itself
+    return model.loss, model.init(0), optim.sgd(0.3, momentum=0.9), lambda t: (seqs[t, :, :-1], seqs[t, :, 1:])
+
+
+def _trainers(loss, opt):
+    grads = burjit.compile(burjit.value_and_grad(loss))
+
+    def update(p, s, g):
+        return opt.update(p, g, s)
+    return grads, burjit.compile(update, donate_argnums=(0, 1))
+
+
+def _accumulated(grads, params, x, y, k):
+    """The mean gradient of k equal micro-batches of (x, y), summed in numpy: no collective."""
+    total = None
+    for j in range(k):
+        _, g = grads(params, *(a[j * len(a) // k:(j + 1) * len(a) // k] for a in (x, y)))
+        total = g if total is None else tree_map(np.add, total, g)
+    return tree_map(lambda t: t / k, total)
+
+
+def train(name, steps=40, micro=1):
+    loss, params, opt, batch = _model(name)
+    params = dist.broadcast(params if dist.rank() == 0 else None)
+    state = opt.init(params)
+    grads, update = _trainers(loss, opt)
+    for t in range(steps):
+        g = _accumulated(grads, params, *dist.shard(batch(t)), micro)
+        params, state = update(params, state, dist.pmean(g))  # one allreduce per step
+    mine = np.concatenate([x.ravel() for x in flatten(params)[0]])
+    every = dist._world().gather(mine, root=0)
+    if dist.rank() != 0:
+        return
+    assert all(np.array_equal(x.view(np.uint64), mine.view(np.uint64)) for x in every), "ranks differ"
+    ref = _model(name)[1]
+    ref_state = opt.init(ref)
+    for t in range(steps):
+        _, g = grads(ref, *batch(t))
+        ref, ref_state = update(ref, ref_state, g)
+    want = np.concatenate([x.ravel() for x in flatten(ref)[0]])
+    diff = float(np.max(np.abs(want - mine)))
+    moved = float(np.max(np.abs(want - np.concatenate([x.ravel() for x in flatten(_model(name)[1])[0]]))))
+    assert diff <= 1e-12 and moved > 1e-3, (diff, moved)
+    print(f"OK train {name} micro={micro} ranks={dist.size()} max|ranks - one process|={diff:.3g} (parameters moved {moved:.3g})")
+
+
+def edges():
+    r, n = dist.rank(), dist.size()
+    got = dist.psum({"i": np.array([r, 1], np.int64), "f": np.float64(r), "h": np.ones(2, np.float32)})
+    assert got["i"].tolist() == [n * (n - 1) // 2, n] and got["f"] == n * (n - 1) / 2
+    assert got["h"].dtype == np.float32 and got["h"].tolist() == [n, n]
+    assert float(dist.pmean(np.float64(r))) == (n - 1) / 2
+    try:
+        dist.pmean(np.arange(3))
+    except TypeError as e:
+        assert "int64" in str(e)
+    else:
+        raise AssertionError("pmean of ints accepted")
+    try:
+        burjit.compile(lambda x: dist.pmean(x * 2.0))(np.ones(2))
+    except burjit.TracingError as e:
+        assert "mpi_program.py" in str(e) and "not supported yet" in str(e), e
+    else:
+        raise AssertionError("pmean inside a step accepted")
+    tree = dist.broadcast({"a": np.arange(3.0) + r, "b": [np.int32(7 + r)]} if r == 0 else None)
+    assert tree["a"].tolist() == [0.0, 1.0, 2.0] and tree["b"][0] == 7 and tree["b"][0].dtype == np.int32
+    part = dist.shard({"x": np.arange(6 * n).reshape(3 * n, 2), "y": np.arange(3 * n)})
+    assert part["y"].tolist() == list(range(3 * r, 3 * r + 3)) and part["x"].shape == (3, 2)
+    for bad, says in (({"x": np.ones(n + 1)} if n > 1 else None, "does not split evenly"),
+                      ({"x": np.ones(2 * n), "y": np.ones(4 * n)}, "same leading axis")):
+        if bad is None:
+            continue
+        try:
+            dist.shard(bad)
+        except ValueError as e:
+            assert says in str(e), e
+        else:
+            raise AssertionError(f"shard accepted {bad}")
+    if r == 0:
+        print(f"OK edges ranks={n}")
+
+
+def fail():
+    dist.abort_on_error()
+    if dist.rank() == dist.size() - 1:
+        raise ValueError(f"rank {dist.rank()}: a bad batch")
+    dist.pmean(np.ones(3))  # would wait forever for the failed rank without the abort
+
+
+if __name__ == "__main__":
+    dist.init()
+    {"train": lambda: train(sys.argv[2], micro=int(sys.argv[3]) if len(sys.argv) > 3 else 1), "edges": edges, "fail": fail}[sys.argv[1]]()
