@@ -47,7 +47,7 @@ def worker(name, case, seconds):
         return update(params, g), time.perf_counter() - t0
     for _ in range(3):  # compile and warm up
         params, _ = step()
-    comm, steps, in_pmean = dist._world(), 0, 0.0
+    comm, steps, in_pmean = dist.comm(), 0, 0.0
     comm.Barrier()
     start = time.perf_counter()
     while True:

@@ -25,12 +25,12 @@ import sys
 
 import numpy as np
 
-from .errors import TracingError
 from . import pytree
+from .errors import TracingError
 from .pytree import flatten, unflatten
 from .tracer import Tracer, describe, user_src
 
-_comm = None  # the communicator in use (init), MPI.COMM_WORLD unless given
+_current = None  # the communicator in use (init), MPI.COMM_WORLD unless given
 _known = {}  # psum, pmean or broadcast -> (flattener, unflattener) of the tree it took last
 
 
@@ -45,32 +45,33 @@ def _mpi():
 
 def init(comm=None):
     """Start MPI (if not yet started) and use `comm` (default MPI.COMM_WORLD); returns it."""
-    global _comm
-    _comm = comm if comm is not None else _mpi().COMM_WORLD
-    return _comm
+    global _current
+    _current = comm if comm is not None else _mpi().COMM_WORLD
+    return _current
 
 
-def _world():
-    return _comm if _comm is not None else init()
+def comm():
+    """The mpi4py communicator in use (init() on first use), for anything MPI beyond this module."""
+    return _current if _current is not None else init()
 
 
 def rank():
-    return _world().Get_rank()
+    return comm().Get_rank()
 
 
 def size():
-    return _world().Get_size()
+    return comm().Get_size()
 
 
 def abort_on_error():
     """Make an uncaught exception on any rank print its traceback and abort the whole job
     (MPI_Abort) instead of leaving the other ranks blocked in their next collective."""
-    comm, hook = _world(), sys.excepthook
+    world, hook = comm(), sys.excepthook
 
     def abort(kind, value, tb):
         hook(kind, value, tb)
         sys.stderr.flush()
-        comm.Abort(1)
+        world.Abort(1)
     sys.excepthook = abort
 
 
@@ -96,34 +97,34 @@ def broadcast(tree, root=0):
     """Rank root's tree (numpy arrays and scalars), on every rank as new arrays; the other
     ranks' `tree` is ignored (None will do). The structure, shapes and dtypes travel first (one
     small message), then the values, one packed buffer per dtype."""
-    comm = _world()
-    if comm.Get_rank() == root:
+    world = comm()
+    if world.Get_rank() == root:
         leaves, _ = _host_leaves(tree, "broadcast")
-        meta = comm.bcast((flatten(tree)[1], [(x.shape, x.dtype.str) for x in leaves]), root=root)
+        meta = world.bcast((flatten(tree)[1], [(x.shape, x.dtype.str) for x in leaves]), root=root)
     else:
-        meta = comm.bcast(None, root=root)
+        meta = world.bcast(None, root=root)
         leaves = [np.empty(shape, dtype) for shape, dtype in meta[1]]
     for group in _by_dtype(leaves).values():
         buf = _pack(leaves, group)
-        comm.Bcast(buf, root=root)
+        world.Bcast(buf, root=root)
         _unpack(buf, leaves, group)
     return unflatten(meta[0], leaves)
 
 
 def shard(batch):
     """This rank's equal slice of a global batch (a tree of arrays) along axis 0: views, not copies."""
-    comm = _world()
+    world = comm()
     leaves, td = flatten(batch)
     lengths = {np.shape(x)[0] if np.ndim(x) else None for x in leaves}
     if len(lengths) != 1 or None in lengths:
         raise ValueError(f"shard: every leaf needs the same leading axis (the batch); got leading sizes "
                          f"{sorted(lengths, key=str)}")
     (n,) = lengths
-    k = comm.Get_size()
+    k = world.Get_size()
     if n % k:
         raise ValueError(f"shard: a batch of {n} does not split evenly over {k} ranks; use a multiple of {k} "
                          f"(equal shards keep the averaged gradient the full batch's)")
-    at = comm.Get_rank() * (n // k)
+    at = world.Get_rank() * (n // k)
     return unflatten(td, [np.asarray(x)[at:at + n // k] for x in leaves])
 
 
@@ -138,7 +139,7 @@ def pmean(tree):
 
 
 def _allreduce(tree, what, mean):
-    comm = _world()
+    world = comm()
     leaves, rebuild = _host_leaves(tree, what)
     groups = _by_dtype(leaves)
     for dtype in groups:
@@ -146,9 +147,9 @@ def _allreduce(tree, what, mean):
             raise TypeError(f"{what}: a leaf of dtype {dtype} (psum takes numbers, pmean floats)")
     for group in groups.values():
         buf = _pack(leaves, group)
-        comm.Allreduce(_mpi().IN_PLACE, buf)
+        world.Allreduce(_mpi().IN_PLACE, buf)
         if mean:
-            buf /= comm.Get_size()
+            buf /= world.Get_size()
         _unpack(buf, leaves, group)
     return rebuild(leaves)
 

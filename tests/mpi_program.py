@@ -64,7 +64,7 @@ def train(name, steps=40, micro=1):
         g = _accumulated(grads, params, *dist.shard(batch(t)), micro)
         params, state = update(params, state, dist.pmean(g))  # one allreduce per step
     mine = np.concatenate([x.ravel() for x in flatten(params)[0]])
-    every = dist._world().gather(mine, root=0)
+    every = dist.comm().gather(mine, root=0)
     if dist.rank() != 0:
         return
     assert all(np.array_equal(x.view(np.uint64), mine.view(np.uint64)) for x in every), "ranks differ"
