@@ -12,7 +12,7 @@ one Allreduce; every rank then applies the same update, so parameters that start
 `broadcast` from rank 0) stay bit-identical. The averaged gradients are the full batch's (the
 mean of equal-sized shards' means), so N ranks train as one process on the whole batch does.
 
-`psum`/`pmean` work on numpy trees, between compiled steps; inside a traced step they raise a
+`train_step(loss_fn, opt)` builds that step. `psum`/`pmean` work on numpy trees, between compiled steps; inside a traced step they raise a
 TracingError (graph nodes for the collective are not built yet).
 
 MPI is fail-stop: when a rank dies the launcher ends the job; a rank that raises should not
@@ -136,6 +136,24 @@ def psum(tree):
 def pmean(tree):
     """The elementwise mean of `tree` (float leaves) over all ranks: psum, then / size()."""
     return _allreduce(tree, "pmean", mean=True)
+
+
+def train_step(loss_fn, opt):
+    """step(params, opt_state, *batch) -> (params, opt_state, mean loss): the gradient of
+    loss_fn(params, *batch) on this rank's shard of the global batch, averaged over the ranks
+    with the loss (one pmean, one allreduce), then opt's update; both halves compiled, the
+    parameters and optimizer state donated. Other frameworks' DistributedOptimizer, as two
+    compiled steps around the collective (pmean does not run inside a compiled step yet)."""
+    from .autodiff import value_and_grad
+    from .jit import compile
+    grads = compile(value_and_grad(loss_fn))
+    update = compile(lambda p, s, g: opt.update(p, g, s), donate_argnums=(0, 1))
+
+    def step(params, opt_state, *batch):
+        loss, g = grads(params, *shard(batch))
+        loss, g = pmean((loss, g))
+        return (*update(params, opt_state, g), loss)
+    return step
 
 
 def _allreduce(tree, what, mean):

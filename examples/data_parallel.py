@@ -5,10 +5,10 @@
     mpiexec -n 3 python examples/data_parallel.py --resume --steps 200   # continue, on 3 ranks
 
 Needs `pip install -e ".[mpi]"`. A small MLP fits a noisy sine surface in float64. Rank 0
-makes the parameters and broadcasts them; every step each rank computes the gradients of its
-shard of the global batch with one compiled step, `distributed.pmean` averages them (one
-allreduce), and a second compiled step applies the same SGD update everywhere, so the ranks
-stay bit-identical and train as one process does on the whole batch. Rank 0 alone writes the
+makes the parameters and broadcasts them; every step (`distributed.train_step`) each rank
+computes the gradients of its shard of the global batch with one compiled step, `pmean`
+averages them and the loss (one allreduce), and a second compiled step applies the same SGD
+update everywhere, so the ranks stay bit-identical and train as one process does on the whole batch. Rank 0 alone writes the
 checkpoint (atomically, burjit.nn.save); --resume reads it on rank 0 and broadcasts it, so a
 job may resume on another number of ranks.
 """
@@ -17,7 +17,6 @@ import argparse
 
 import numpy as np
 
-import burjit
 from burjit import distributed as dist
 from burjit import nn, optim
 from burjit import ops as F
@@ -55,15 +54,11 @@ def main(argv=None):
             start = meta["step"]
     state, start = dist.broadcast((state, np.int64(start)))
     params, opt_state = state["params"], state["opt"]
-    grads = burjit.compile(burjit.value_and_grad(loss_fn))
-    update = burjit.compile(lambda p, s, g: opt.update(p, g, s), donate_argnums=(0, 1))
+    train = dist.train_step(loss_fn, opt)
     for step in range(int(start), int(start) + args.steps):
-        loss, g = grads(params, *dist.shard(batch(step, args.batch_size)))
-        params, opt_state = update(params, opt_state, dist.pmean(g))
-        if step == start or (step + 1) % 100 == 0:  # every rank takes part in the collective; rank 0 prints
-            loss = dist.pmean(loss)
-            if dist.rank() == 0:
-                    print(f"step {step + 1}: loss {float(loss):.6f} ({dist.size()} ranks)")
+        params, opt_state, loss = train(params, opt_state, *batch(step, args.batch_size))
+        if dist.rank() == 0 and (step == start or (step + 1) % 100 == 0):
+            print(f"step {step + 1}: loss {float(loss):.6f} ({dist.size()} ranks)")
     if dist.rank() == 0:
         nn.save(args.checkpoint, {"params": params, "opt": opt_state}, meta={"step": int(start) + args.steps})
     return params

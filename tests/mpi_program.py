@@ -4,7 +4,8 @@
     mpiexec -n N python tests/mpi_program.py edges
     mpiexec -n N python tests/mpi_program.py fail
 
-`train`: each rank trains on its shard with pmean'd gradients; rank 0 checks that every rank
+`train`: each rank trains on its shard with pmean'd gradients (distributed.train_step; with
+micro-batches, accumulated by hand, then one pmean); rank 0 checks that every rank
 holds bit-identical parameters and that they equal full-batch training in one process within
 1e-12 (float64), then prints "OK ...". `fail`: the last rank raises while the others wait in
 an allreduce; abort_on_error must end the job with that rank's message.
@@ -60,9 +61,13 @@ def train(name, steps=40, micro=1):
     params = dist.broadcast(params if dist.rank() == 0 else None)
     state = opt.init(params)
     grads, update = _trainers(loss, opt)
+    step = dist.train_step(loss, opt)
     for t in range(steps):
-        g = _accumulated(grads, params, *dist.shard(batch(t)), micro)
-        params, state = update(params, state, dist.pmean(g))  # one allreduce per step
+        if micro == 1:
+            params, state, _ = step(params, state, *batch(t))
+        else:
+            g = _accumulated(grads, params, *dist.shard(batch(t)), micro)
+            params, state = update(params, state, dist.pmean(g))  # one allreduce per step
     mine = np.concatenate([x.ravel() for x in flatten(params)[0]])
     every = dist.comm().gather(mine, root=0)
     if dist.rank() != 0:
