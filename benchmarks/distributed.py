@@ -12,8 +12,6 @@ pmean (packing, the allreduce, unpacking). Needs `pip install -e ".[mpi]"`.
 
 import argparse
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -63,7 +61,8 @@ def worker(name, case, seconds):
 
 
 def _mpiexec():
-    found = shutil.which("mpiexec", path=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}")
+    from burjit.distributed import launcher
+    found = launcher()
     if found is None:
         sys.exit("no mpiexec: pip install -e \".[mpi]\"")
     return found

@@ -12,8 +12,9 @@ one Allreduce; every rank then applies the same update, so parameters that start
 `broadcast` from rank 0) stay bit-identical. The averaged gradients are the full batch's (the
 mean of equal-sized shards' means), so N ranks train as one process on the whole batch does.
 
-`train_step(loss_fn, opt)` builds that step. `psum`/`pmean` work on numpy trees, between compiled steps; inside a traced step they raise a
-TracingError (graph nodes for the collective are not built yet).
+`train_step(loss_fn, opt)` builds that step. `psum`/`pmean` work on numpy trees, between
+compiled steps; inside a traced step they raise a TracingError (graph nodes for the collective
+are not built yet).
 
 MPI is fail-stop: when a rank dies the launcher ends the job; a rank that raises should not
 leave the others waiting in a collective, so `main()`-style scripts call `abort_on_error()`
@@ -21,6 +22,8 @@ leave the others waiting in a collective, so `main()`-style scripts call `abort_
 hangs hangs the job unless $MPIEXEC_TIMEOUT (seconds) is set for mpiexec.
 """
 
+import os
+import shutil
 import sys
 
 import numpy as np
@@ -31,7 +34,7 @@ from .pytree import flatten, unflatten
 from .tracer import Tracer, describe, user_src
 
 _current = None  # the communicator in use (init), MPI.COMM_WORLD unless given
-_known = {}  # psum, pmean or broadcast -> (flattener, unflattener) of the tree it took last
+_known = {}  # psum, pmean or broadcast -> (flattener, unflattener, treedef) of the tree it took last
 
 
 def _mpi():
@@ -55,6 +58,12 @@ def comm():
     return _current if _current is not None else init()
 
 
+def launcher():
+    """The path of `mpiexec`, beside this Python first (where the mpich wheel puts it), or None."""
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    return shutil.which("mpiexec", path=path)
+
+
 def rank():
     return comm().Get_rank()
 
@@ -76,21 +85,21 @@ def abort_on_error():
 
 
 def _host_leaves(tree, what):
-    """(leaves as arrays, rebuild: leaves -> a tree like `tree`). A gradient tree has the same
-    structure every step, so the generated flattener and unflattener of the last one `what`
-    took are tried first (a GPT's 72 leaves: pytree.flatten alone cost 85 us)."""
+    """(leaves as arrays, (flattener, rebuild: leaves -> a tree like `tree`, its treedef)). A
+    gradient tree has the same structure every step, so the generated flattener and unflattener
+    of the last one `what` took are tried first (a GPT's 72 leaves: pytree.flatten alone cost 85 us)."""
     known = _known.get(what)
     leaves = known[0](tree) if known is not None else None
     if leaves is None:
         leaves, td = flatten(tree)
-        known = _known[what] = (pytree.flattener(td), pytree.unflattener(td))
+        known = _known[what] = (pytree.flattener(td), pytree.unflattener(td), td)
     if not all(type(x) is np.ndarray for x in leaves):
         for x in leaves:
             if isinstance(x, Tracer):
                 raise TracingError(f"{describe(user_src())}\n  {what} inside a compiled step is not supported "
                                    "yet: return the gradients from the step and call it between steps")
         leaves = [np.asarray(x) for x in leaves]
-    return leaves, known[1]
+    return leaves, known
 
 
 def broadcast(tree, root=0):
@@ -99,8 +108,8 @@ def broadcast(tree, root=0):
     small message), then the values, one packed buffer per dtype."""
     world = comm()
     if world.Get_rank() == root:
-        leaves, _ = _host_leaves(tree, "broadcast")
-        meta = world.bcast((flatten(tree)[1], [(x.shape, x.dtype.str) for x in leaves]), root=root)
+        leaves, known = _host_leaves(tree, "broadcast")
+        meta = world.bcast((known[2], [(x.shape, x.dtype.str) for x in leaves]), root=root)
     else:
         meta = world.bcast(None, root=root)
         leaves = [np.empty(shape, dtype) for shape, dtype in meta[1]]
@@ -158,7 +167,7 @@ def train_step(loss_fn, opt):
 
 def _allreduce(tree, what, mean):
     world = comm()
-    leaves, rebuild = _host_leaves(tree, what)
+    leaves, (_, rebuild, _) = _host_leaves(tree, what)
     groups = _by_dtype(leaves)
     for dtype in groups:
         if dtype.kind not in ("f" if mean else "iuf"):
@@ -181,7 +190,7 @@ def _by_dtype(leaves):
 
 
 def _pack(leaves, group):
-    return np.concatenate([leaves[i].ravel() for i in group]) if group else np.empty(0)
+    return np.concatenate([leaves[i].ravel() for i in group])
 
 
 def _unpack(buf, leaves, group):

@@ -56,6 +56,10 @@ def _accumulated(grads, params, x, y, k):
     return tree_map(lambda t: t / k, total)
 
 
+def _vector(tree):
+    return np.concatenate([x.ravel() for x in flatten(tree)[0]])
+
+
 def train(name, steps=40, micro=1):
     loss, params, opt, batch = _model(name)
     params = dist.broadcast(params if dist.rank() == 0 else None)
@@ -68,21 +72,21 @@ def train(name, steps=40, micro=1):
         else:
             g = _accumulated(grads, params, *dist.shard(batch(t)), micro)
             params, state = update(params, state, dist.pmean(g))  # one allreduce per step
-    mine = np.concatenate([x.ravel() for x in flatten(params)[0]])
+    mine = _vector(params)
     every = dist.comm().gather(mine, root=0)
     if dist.rank() != 0:
         return
     assert all(np.array_equal(x.view(np.uint64), mine.view(np.uint64)) for x in every), "ranks differ"
     ref = _model(name)[1]
-    ref_state = opt.init(ref)
+    ref_state, start = opt.init(ref), _vector(ref)  # a copy: the update is donated
     for t in range(steps):
         _, g = grads(ref, *batch(t))
         ref, ref_state = update(ref, ref_state, g)
-    want = np.concatenate([x.ravel() for x in flatten(ref)[0]])
-    diff = float(np.max(np.abs(want - mine)))
-    moved = float(np.max(np.abs(want - np.concatenate([x.ravel() for x in flatten(_model(name)[1])[0]]))))
+    want = _vector(ref)
+    diff, moved = float(np.max(np.abs(want - mine))), float(np.max(np.abs(want - start)))
     assert diff <= 1e-12 and moved > 1e-3, (diff, moved)
-    print(f"OK train {name} micro={micro} ranks={dist.size()} max|ranks - one process|={diff:.3g} (parameters moved {moved:.3g})")
+    print(f"OK train {name} micro={micro} ranks={dist.size()} max|ranks - one process|={diff:.3g} "
+          f"(parameters moved {moved:.3g})")
 
 
 def edges():
@@ -130,4 +134,6 @@ def fail():
 
 if __name__ == "__main__":
     dist.init()
-    {"train": lambda: train(sys.argv[2], micro=int(sys.argv[3]) if len(sys.argv) > 3 else 1), "edges": edges, "fail": fail}[sys.argv[1]]()
+    modes = {"train": lambda: train(sys.argv[2], micro=int(sys.argv[3]) if len(sys.argv) > 3 else 1),
+             "edges": edges, "fail": fail}
+    modes[sys.argv[1]]()

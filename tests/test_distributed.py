@@ -8,13 +8,14 @@ unless $BURJIT_REQUIRE_MPI=1 (as .ci/run sets after installing ".[mpi]"): then t
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from burjit import distributed
 
 PROGRAM = Path(__file__).with_name("mpi_program.py")
 EXAMPLE = Path(__file__).parent.parent / "examples" / "data_parallel.py"
@@ -24,7 +25,7 @@ def _mpiexec():
     missing = None
     if importlib.util.find_spec("mpi4py") is None:
         missing = "mpi4py is not installed (pip install -e \".[mpi]\")"
-    found = shutil.which("mpiexec", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    found = distributed.launcher()
     if missing is None and found is None:
         missing = "no mpiexec on PATH (pip install -e \".[mpi]\" brings MPICH's)"
     if missing:
