@@ -110,7 +110,10 @@ def backward(out, wrt):
             continue
         operands = graph.operands(n)
         needs = [o in active for o in operands]
-        cts = prim.vjp(F, g, T(n), [T(o) for o in operands], needs, a["attrs"])
+        try:
+            cts = prim.vjp(F, g, T(n), [T(o) for o in operands], needs, a["attrs"])
+        except TracingError as e:  # a rule that refuses (allreduce's): name the op's line
+            raise TracingError(f"{describe(a.get('src'))}\n  {e}") from None
         for o, c, need in zip(operands, cts, needs):
             if need and c is not None:
                 ct[o] = ct[o] + c if o in ct else c

@@ -12,9 +12,14 @@ one Allreduce; every rank then applies the same update, so parameters that start
 `broadcast` from rank 0) stay bit-identical. The averaged gradients are the full batch's (the
 mean of equal-sized shards' means), so N ranks train as one process on the whole batch does.
 
-`train_step(loss_fn, opt)` builds that step. `psum`/`pmean` work on numpy trees, between
-compiled steps; inside a traced step they raise a TracingError (graph nodes for the collective
-are not built yet).
+`train_step(loss_fn, opt)` builds that step. `psum`/`pmean` take numpy trees between steps,
+and traced trees inside one: there each dtype's leaves become one `allreduce` graph node (the
+primitive in burjit/primitives.py) over their packed values, which the native step runs as a
+call of MPI_Allreduce itself (codegen/lowering.py), through handles the executable writes into
+its arena when it is built (`native_handles`): never baked into code, so the disk cache holds
+across processes and MPI libraries. Compiled steps' collectives run on a duplicate of the
+communicator (made by init, collectively), so they never match a message of the user's own,
+and its errors abort the job: a native step has no exception to raise mid-collective.
 
 MPI is fail-stop: when a rank dies the launcher ends the job; a rank that raises should not
 leave the others waiting in a collective, so `main()`-style scripts call `abort_on_error()`
@@ -31,9 +36,11 @@ import numpy as np
 from . import pytree
 from .errors import TracingError
 from .pytree import flatten, unflatten
-from .tracer import Tracer, describe, user_src
+from .tracer import Tracer, describe, lift, user_src
 
-_current = None  # the communicator in use (init), MPI.COMM_WORLD unless given
+_current = None  # (the communicator in use, MPI.COMM_WORLD unless given; the duplicate steps use)
+# The words native_handles gives a step, in this order (codegen/lowering.py reads them by name).
+NATIVE_WORDS = ("MPI_Allreduce", "comm", "MPI_SUM", "float32", "float64", "int32", "int64")
 _known = {}  # psum, pmean or broadcast -> (flattener, unflattener, treedef) of the tree it took last
 
 
@@ -47,15 +54,57 @@ def _mpi():
 
 
 def init(comm=None):
-    """Start MPI (if not yet started) and use `comm` (default MPI.COMM_WORLD); returns it."""
+    """Start MPI (if not yet started) and use `comm` (default MPI.COMM_WORLD); returns it.
+    Collective: every rank of comm calls it (the first use of this module does, if not called)."""
     global _current
-    _current = comm if comm is not None else _mpi().COMM_WORLD
-    return _current
+    MPI = _mpi()
+    comm = comm if comm is not None else MPI.COMM_WORLD
+    own = comm.Dup()
+    own.Set_errhandler(MPI.ERRORS_ARE_FATAL)
+    _current = (comm, own)
+    return comm
 
 
 def comm():
     """The mpi4py communicator in use (init() on first use), for anything MPI beyond this module."""
-    return _current if _current is not None else init()
+    if _current is None:
+        init()
+    return _current[0]
+
+
+def _steps_comm(ranks):
+    """The communicator compiled steps' collectives use, checked to have the `ranks` they were traced for."""
+    comm()
+    own = _current[1]
+    if own.Get_size() != ranks:
+        raise RuntimeError(f"this step was traced for {ranks} ranks but the communicator in use has "
+                           f"{own.Get_size()}; trace it again under the new communicator")
+    return own
+
+
+def allreduce_array(x, ranks):
+    """x summed over the ranks, as a new array: the reference of the allreduce primitive."""
+    out = np.empty_like(x)
+    _steps_comm(ranks).Allreduce(np.ascontiguousarray(x), out)
+    return out
+
+
+def native_handles(ranks):
+    """The NATIVE_WORDS, as ints, for a native step traced for `ranks` ranks: MPI_Allreduce's
+    address, the steps' communicator, MPI_SUM and the MPI datatypes of float32, float64, int32
+    and int64 (ints under MPICH, pointers under Open MPI: passed as 64-bit words either way)."""
+    import ctypes
+    MPI, own = _mpi(), _steps_comm(ranks)
+    for lib in (MPI.__file__, None):  # mpi4py's module links libmpi, or an ABI build loaded it globally
+        try:
+            address = ctypes.cast(ctypes.CDLL(lib).MPI_Allreduce, ctypes.c_void_p).value
+            break
+        except (OSError, AttributeError):
+            continue
+    else:
+        raise RuntimeError("burjit.distributed: MPI_Allreduce is not found in the MPI library mpi4py loaded")
+    types = (MPI.FLOAT, MPI.DOUBLE, MPI.INT32_T, MPI.INT64_T)
+    return [address, own.handle, MPI.SUM.handle] + [t.handle for t in types]
 
 
 def launcher():
@@ -84,22 +133,21 @@ def abort_on_error():
     sys.excepthook = abort
 
 
-def _host_leaves(tree, what):
-    """(leaves as arrays, (flattener, rebuild: leaves -> a tree like `tree`, its treedef)). A
-    gradient tree has the same structure every step, so the generated flattener and unflattener
-    of the last one `what` took are tried first (a GPT's 72 leaves: pytree.flatten alone cost 85 us)."""
+def _tree_leaves(tree, what):
+    """(leaves, (flattener, rebuild: leaves -> a tree like `tree`, its treedef), traced): numpy
+    leaves as arrays, or, if any leaf is traced, the leaves as they are. A gradient tree has the
+    same structure every step, so the generated flattener and unflattener of the last one `what`
+    took are tried first (a GPT's 72 leaves: pytree.flatten alone cost 85 us)."""
     known = _known.get(what)
     leaves = known[0](tree) if known is not None else None
     if leaves is None:
         leaves, td = flatten(tree)
         known = _known[what] = (pytree.flattener(td), pytree.unflattener(td), td)
-    if not all(type(x) is np.ndarray for x in leaves):
-        for x in leaves:
-            if isinstance(x, Tracer):
-                raise TracingError(f"{describe(user_src())}\n  {what} inside a compiled step is not supported "
-                                   "yet: return the gradients from the step and call it between steps")
-        leaves = [np.asarray(x) for x in leaves]
-    return leaves, known
+    if all(type(x) is np.ndarray for x in leaves):
+        return leaves, known, False
+    if any(isinstance(x, Tracer) for x in leaves):
+        return leaves, known, True
+    return [np.asarray(x) for x in leaves], known, False
 
 
 def broadcast(tree, root=0):
@@ -108,7 +156,10 @@ def broadcast(tree, root=0):
     small message), then the values, one packed buffer per dtype."""
     world = comm()
     if world.Get_rank() == root:
-        leaves, known = _host_leaves(tree, "broadcast")
+        leaves, known, traced = _tree_leaves(tree, "broadcast")
+        if traced:
+            raise TracingError(f"{describe(user_src())}\n  broadcast inside a compiled step is not supported: "
+                               "broadcast the parameters once, before the first step")
         meta = world.bcast((known[2], [(x.shape, x.dtype.str) for x in leaves]), root=root)
     else:
         meta = world.bcast(None, root=root)
@@ -147,31 +198,44 @@ def pmean(tree):
     return _allreduce(tree, "pmean", mean=True)
 
 
-def train_step(loss_fn, opt):
-    """step(params, opt_state, *batch) -> (params, opt_state, mean loss): the gradient of
-    loss_fn(params, *batch) on this rank's shard of the global batch, averaged over the ranks
-    with the loss (one pmean, one allreduce), then opt's update; both halves compiled, the
-    parameters and optimizer state donated. Other frameworks' DistributedOptimizer, as two
-    compiled steps around the collective (pmean does not run inside a compiled step yet)."""
+def train_step(loss_fn, opt, micro_batches=1):
+    """step(params, opt_state, *batch) -> (params, opt_state, mean loss): other frameworks'
+    DistributedOptimizer as one compiled step, the parameters and optimizer state donated. It
+    takes this rank's shard of the global batch, the gradient of loss_fn(params, *batch) on it
+    (averaged over `micro_batches` equal slices of the shard, accumulated inside the step),
+    one pmean of loss and gradients (one allreduce per dtype, however many micro-batches), then
+    opt's update. `step.compiled` is the compiled step, for inspection."""
     from .autodiff import value_and_grad
     from .jit import compile
-    grads = compile(value_and_grad(loss_fn))
-    update = compile(lambda p, s, g: opt.update(p, g, s), donate_argnums=(0, 1))
+    grad = value_and_grad(loss_fn)
+
+    @compile(donate_argnums=(0, 1))
+    def update(params, opt_state, *batch):
+        n = batch[0].shape[0] if batch else 0
+        if n % micro_batches:
+            raise ValueError(f"train_step: a shard of {n} does not split into {micro_batches} equal micro-batches")
+        total = None
+        for k in range(micro_batches):
+            part = grad(params, *(x[k * n // micro_batches:(k + 1) * n // micro_batches] for x in batch))
+            total = part if total is None else pytree.tree_map(lambda a, b: a + b, total, part)
+        loss, g = pmean(pytree.tree_map(lambda a: a / micro_batches, total) if micro_batches > 1 else total)
+        return (*opt.update(params, g, opt_state), loss)
 
     def step(params, opt_state, *batch):
-        loss, g = grads(params, *shard(batch))
-        loss, g = pmean((loss, g))
-        return (*update(params, opt_state, g), loss)
+        return update(params, opt_state, *shard(batch))
+    step.compiled = update  # the compiled step, for inspection (graph(), stats(), ...)
     return step
 
 
 def _allreduce(tree, what, mean):
-    world = comm()
-    leaves, (_, rebuild, _) = _host_leaves(tree, what)
+    leaves, (_, rebuild, _), traced = _tree_leaves(tree, what)
     groups = _by_dtype(leaves)
     for dtype in groups:
         if dtype.kind not in ("f" if mean else "iuf"):
             raise TypeError(f"{what}: a leaf of dtype {dtype} (psum takes numbers, pmean floats)")
+    if traced:
+        return rebuild(_in_step(leaves, groups, mean))
+    world = comm()
     for group in groups.values():
         buf = _pack(leaves, group)
         world.Allreduce(_mpi().IN_PLACE, buf)
@@ -181,11 +245,24 @@ def _allreduce(tree, what, mean):
     return rebuild(leaves)
 
 
+def _in_step(leaves, groups, mean):
+    """The leaves summed (or averaged) over the ranks inside the step being traced: per dtype,
+    the leaves flattened into one vector, one allreduce node, the vector cut back into leaves."""
+    from . import ops as F
+    from .tracer import bind
+    n, leaves = size(), [lift(x) for x in leaves]
+    for group in groups.values():
+        flat = [F.reshape(leaves[i], (-1,)) for i in group]
+        total = bind("allreduce", [flat[0] if len(flat) == 1 else F.concatenate(flat)], ranks=n)
+        _unpack(total / n if mean else total, leaves, group)
+    return leaves
+
+
 def _by_dtype(leaves):
     """{dtype: leaf positions}, in first-seen order (the same on every rank)."""
     groups = {}
     for i, x in enumerate(leaves):
-        groups.setdefault(x.dtype, []).append(i)
+        groups.setdefault(np.dtype(x.dtype), []).append(i)
     return groups
 
 

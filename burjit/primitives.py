@@ -3,8 +3,9 @@
 A primitive has
   kind    'elementwise' (operands share the output shape; lowered per element), 'reduce',
           'shape' (data movement), 'matmul', 'gather', 'scatter', 'source' (no operands),
-          'region' (a scalar region's records, registered by region.py) or 'loop' (a loop
+          'region' (a scalar region's records, registered by region.py), 'loop' (a loop
           whose body is a graph, registered by control.py, with 'bitcast', its leaves' bytes)
+          or 'collective' (an MPI collective over the ranks: burjit/distributed.py)
   infer   (avals, attrs) -> (shape, dtype); avals are (shape, dtype) pairs. Raises ShapeError.
   ref     numpy reference: (*arrays, **attrs) -> array. The test oracle.
   vjp     (F, g, out, xs, needs, attrs) -> cotangent per operand (None = zero), written with
@@ -408,3 +409,30 @@ def _swap(F, x):
 _register(Primitive("matmul", "matmul", _matmul_infer, np.matmul,
                     lambda F, g, out, xs, needs, a: [F.bind("matmul", [g, _swap(F, xs[1])]) if needs[0] else None,
                                                      F.bind("matmul", [_swap(F, xs[0]), g]) if needs[1] else None]))
+
+
+# -- collectives ------------------------------------------------------------------------------
+# allreduce: the elementwise sum of its operand over `ranks` MPI processes, every rank given the
+# result. burjit.distributed's psum/pmean pack a tree's leaves into one operand per dtype. Its
+# value depends on the other ranks, so passes never fold it, and it has no gradient rule: the
+# cotangent of a replicated sum is not a local quantity (differentiate the local loss instead).
+
+def _allreduce_infer(avals, a):
+    ((shape, dtype),) = avals
+    if dtype == "bool":
+        raise ShapeError("allreduce: needs numbers, got bool")
+    return shape, dtype
+
+
+def _allreduce_ref(x, ranks):
+    from . import distributed
+    return distributed.allreduce_array(x, ranks)
+
+
+def _allreduce_vjp(F, g, out, xs, needs, a):
+    from .errors import TracingError
+    raise TracingError("psum/pmean has no gradient here: take the gradient of this rank's own loss and "
+                       "pmean the gradients (burjit.distributed.train_step does)")
+
+
+_register(Primitive("allreduce", "collective", _allreduce_infer, _allreduce_ref, _allreduce_vjp))

@@ -34,6 +34,8 @@ def refusal(executable):
     if low.record_slots:
         return ("it runs scalar regions on the tape tier, whose records live in Python; export it from "
                 "burjit.compile(..., tier='straight')")
+    if low.collectives:
+        return "it calls MPI (psum, pmean), whose communicator and handles live in Python"
     if low.loop_slots:
         return "it holds a loop (fori_loop, scan, while_loop), whose body's arena Python allocates"
     if low.backup:

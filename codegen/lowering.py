@@ -34,6 +34,7 @@ import numpy as np
 from llvmlite import ir
 
 from burjit import primitives as P
+from burjit.distributed import NATIVE_WORDS
 from burjit.passes.memplan import ALIGN
 
 from . import abi, kernels, loops, tape
@@ -95,9 +96,17 @@ class Lowering:
         self.record_slots = {gi: self.records_offset + 16 * k for k, gi in enumerate(sorted(self.tapes))}
         at = self.records_offset + 16 * len(self.tapes)
         self.loop_slots = {n: at + 8 * k for k, n in enumerate(self.bodies)}
+        at += 8 * len(self.bodies)
+        # then, if the step calls collectives (psum, pmean), the words distributed.NATIVE_WORDS
+        # names: MPI_Allreduce's address, the communicator and the handles it takes, which the
+        # executable writes once (process-local, never baked in)
+        self.collectives = [n for group in self.schedule for n in group
+                            if P.PRIMITIVES[graph[n]["op"]].kind == "collective"]
+        self.handles_offset = at if self.collectives else None
+        at += 8 * len(NATIVE_WORDS) if self.collectives else 0
         # then, per input, the addresses of its dtype and numpy scalar type, which the entry
         # checks inputs against (process-local: written by the executable, never baked in)
-        self.expect_offset = _align(at + 8 * len(self.bodies))
+        self.expect_offset = _align(at)
         # then the input addresses of the last call whose donated inputs overlapped nothing
         self.verified_offset = self.expect_offset + 16 * self.n_in
         self.arena_bytes = self.verified_offset + 8 * self.n_in
@@ -458,7 +467,7 @@ class Lowering:
         """Whether group is elementwise work alone (no reduction, matmul, gather, scatter, pad,
         concatenate, loop or bitcast): one _plain_program."""
         g, head = self.graph, self.graph[group[-1]]
-        return (P.PRIMITIVES[head["op"]].kind not in ("matmul", "gather", "scatter", "loop", "bitcast")
+        return (P.PRIMITIVES[head["op"]].kind not in ("matmul", "gather", "scatter", "loop", "bitcast", "collective")
                 and head["op"] not in ("pad", "concatenate")
                 and all(P.PRIMITIVES[g[n]["op"]].kind != "reduce" for n in group))
 
@@ -512,6 +521,8 @@ class Lowering:
             self._run_tape(b, gi, self.tapes[gi])
         elif kind == "loop":
             loop_bodies.emit(self, b, head)
+        elif kind == "collective":
+            self._allreduce(b, head)
         elif kind == "bitcast":  # a loop's packed leaf: its bytes copied out (burjit/control.py)
             (vec,) = g.operands(head)
             src = b.gep(self._main_ptr(b, self.ref(vec)), [I64(8 * a["attrs"]["start"])], source_etype=I8)
@@ -550,6 +561,24 @@ class Lowering:
             self._run(b, kernels.pad_programs(self, head))
         else:  # concatenate
             self._run(b, kernels.concatenate_programs(self, head))
+
+    def _allreduce(self, b, node):
+        """MPI_Allreduce(operand, node, count, its datatype, MPI_SUM, communicator): a call through
+        the words at handles_offset. Handles are ints under MPICH and pointers under Open MPI;
+        both pass as 64-bit words (the callee reads an int's low half of the register)."""
+        (x,) = self.graph.operands(node)
+        a = self.graph[node]
+        count = math.prod(a["shape"])
+        if not count:
+            return
+
+        def word(name):
+            at = self.handles_offset + 8 * NATIVE_WORDS.index(name)
+            return b.load(self._main_ptr(b, ("arg", self.arena_slot, at)), typ=I64)
+        mpi_allreduce = ir.FunctionType(I32, [PTR, PTR, I32, I64, I64, I64]).as_pointer()
+        b.call(b.inttoptr(word("MPI_Allreduce"), mpi_allreduce),
+               [self._main_ptr(b, self.ref(x)), self._main_ptr(b, self.ref(node)), I32(count), word(a["dtype"]),
+                word("MPI_SUM"), word("comm")])
 
     def _run(self, b, programs):
         """Emit Programs: inline when each has at most INLINE_ELEMENTS elements (straight-line

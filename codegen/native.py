@@ -66,6 +66,10 @@ class _Lowered:
             self._arena[at:at + 16].view(np.uint64)[:] = low.tapes[gi].records.ctypes.data, low.tapes[gi].runs.ctypes.data
         for n, at in low.loop_slots.items():  # each loop body's arena (bodies.py)
             self._arena[at:at + 8].view(np.uint64)[:] = self.bodies[n]._arena.ctypes.data
+        if low.collectives:  # the MPI function and handles of this process (lowering.py)
+            from burjit import distributed
+            words = distributed.native_handles(graph[low.collectives[0]]["attrs"]["ranks"])
+            self._arena[low.handles_offset:low.handles_offset + 8 * len(words)].view(np.uint64)[:] = words
 
     def _message(self, rc, inputs):
         node, size, k = self.lowering.errors[rc - 1]

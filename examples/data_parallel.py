@@ -5,11 +5,11 @@
     mpiexec -n 3 python examples/data_parallel.py --resume --steps 200   # continue, on 3 ranks
 
 Needs `pip install -e ".[mpi]"`. A small MLP fits a noisy sine surface in float64. Rank 0
-makes the parameters and broadcasts them; every step (`distributed.train_step`) each rank
-computes the gradients of its shard of the global batch with one compiled step, `pmean`
-averages them and the loss (one allreduce), and a second compiled step applies the same SGD
-update everywhere, so the ranks stay bit-identical and train as one process does on the whole
-batch. Rank 0 alone writes the checkpoint (atomically, burjit.nn.save); --resume reads it on
+makes the parameters and broadcasts them; every step (`distributed.train_step`, one compiled
+native step) each rank computes the gradients of its shard of the global batch, `pmean`
+averages them and the loss (one MPI_Allreduce called from the native code), and the same SGD
+update runs everywhere, so the ranks stay bit-identical and train as one process does on the
+whole batch. Rank 0 alone writes the checkpoint (atomically, burjit.nn.save); --resume reads it on
 rank 0 and broadcasts it, so a job may resume on another number of ranks.
 """
 

@@ -5,7 +5,8 @@ already-simplified operands and the whole pass stays near-linear (100k-node scal
 Rewrites change the copied node in place (same id, new op/attrs/operands) or forward its
 uses to an existing node; no node is ever created, so ids stay stable for debugging.
 
-Kept intact: graph.inputs (even unused ones) and the positions of graph.outputs.
+Kept intact: graph.inputs (even unused ones) and the positions of graph.outputs. A collective
+(allreduce) of constants is never folded: its value is the other ranks' too, known only at run time.
 """
 
 import numpy as np
@@ -67,7 +68,7 @@ def _rewrite(g, n):
         return xs[0]
     if op in _MOVES and g[xs[0]]["shape"] == a["shape"] and _is_noop_move(a):
         return xs[0]
-    if xs and all(g[x]["op"] in _CONST_SOURCES for x in xs):
+    if xs and all(g[x]["op"] in _CONST_SOURCES for x in xs) and P.PRIMITIVES[op].kind != "collective":
         _fold(g, n)
         return None
     if op == "where" and g[xs[0]]["op"] == "const":  # e.g. pow's `y == 0` guard for a literal y

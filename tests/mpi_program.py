@@ -4,8 +4,8 @@
     mpiexec -n N python tests/mpi_program.py edges
     mpiexec -n N python tests/mpi_program.py fail
 
-`train`: each rank trains on its shard with pmean'd gradients (distributed.train_step; with
-micro-batches, accumulated by hand, then one pmean); rank 0 checks that every rank
+`train`: each rank trains on its shard with pmean'd gradients (distributed.train_step: one
+compiled step; with micro-batches, accumulated inside it, then one pmean); rank 0 checks that every rank
 holds bit-identical parameters and that they equal full-batch training in one process within
 1e-12 (float64), then prints "OK ...". `fail`: the last rank raises while the others wait in
 an allreduce; abort_on_error must end the job with that rank's message.
@@ -18,7 +18,7 @@ import numpy as np
 import burjit
 from burjit import distributed as dist
 from burjit import nn, optim
-from burjit.pytree import flatten, tree_map
+from burjit.pytree import flatten
 
 
 def _model(name):
@@ -47,15 +47,6 @@ def _trainers(loss, opt):
     return grads, burjit.compile(update, donate_argnums=(0, 1))
 
 
-def _accumulated(grads, params, x, y, k):
-    """The mean gradient of k equal micro-batches of (x, y), summed in numpy: no collective."""
-    total = None
-    for j in range(k):
-        _, g = grads(params, *(a[j * len(a) // k:(j + 1) * len(a) // k] for a in (x, y)))
-        total = g if total is None else tree_map(np.add, total, g)
-    return tree_map(lambda t: t / k, total)
-
-
 def _vector(tree):
     return np.concatenate([x.ravel() for x in flatten(tree)[0]])
 
@@ -65,13 +56,11 @@ def train(name, steps=40, micro=1):
     params = dist.broadcast(params if dist.rank() == 0 else None)
     state = opt.init(params)
     grads, update = _trainers(loss, opt)
-    step = dist.train_step(loss, opt)
+    step = dist.train_step(loss, opt, micro)
     for t in range(steps):
-        if micro == 1:
-            params, state, _ = step(params, state, *batch(t))
-        else:
-            g = _accumulated(grads, params, *dist.shard(batch(t)), micro)
-            params, state = update(params, state, dist.pmean(g))  # one allreduce per step
+        params, state, _ = step(params, state, *batch(t))
+    reduces = [n for n in step.compiled.graph().nx.nodes if step.compiled.graph()[n]["op"] == "allreduce"]
+    assert len(reduces) == 1, f"{len(reduces)} allreduce nodes for {micro} micro-batches"  # float64 only
     mine = _vector(params)
     every = dist.comm().gather(mine, root=0)
     if dist.rank() != 0:
@@ -101,12 +90,7 @@ def edges():
         assert "int64" in str(e)
     else:
         raise AssertionError("pmean of ints accepted")
-    try:
-        burjit.compile(lambda x: dist.pmean(x * 2.0))(np.ones(2))
-    except burjit.TracingError as e:
-        assert "mpi_program.py" in str(e) and "not supported yet" in str(e), e
-    else:
-        raise AssertionError("pmean inside a step accepted")
+    in_step(r, n)
     tree = dist.broadcast({"a": np.arange(3.0) + r, "b": [np.int32(7 + r)]} if r == 0 else None)
     assert tree["a"].tolist() == [0.0, 1.0, 2.0] and tree["b"][0] == 7 and tree["b"][0].dtype == np.int32
     part = dist.shard({"x": np.arange(6 * n).reshape(3 * n, 2), "y": np.arange(3 * n)})
@@ -123,6 +107,32 @@ def edges():
             raise AssertionError(f"shard accepted {bad}")
     if r == 0:
         print(f"OK edges ranks={n}")
+
+
+def in_step(r, n):
+    """psum/pmean inside compiled steps: one allreduce node per dtype, the same values on the
+    native and reference backends, inside a loop too; no gradient through them."""
+    def f(x, y):
+        s = dist.psum({"a": x * 2.0, "b": y, "c": burjit.ops.sum(x)})
+        return s, dist.pmean(x)
+    x, y = np.arange(6.0).reshape(2, 3) + r, np.arange(3, dtype=np.int64) * (r + 1)
+    step = burjit.compile(f)
+    for backend in ("native", "reference"):
+        s, m = burjit.compile(f, backend=backend)(x, y)
+        base = np.arange(6.0).reshape(2, 3)
+        assert np.array_equal(s["a"], 2 * (n * base + n * (n - 1) / 2)) and s["b"].dtype == np.int64, (backend, s)
+        assert s["b"].tolist() == (np.arange(3) * n * (n + 1) // 2).tolist() and m.tolist() == (base + (n - 1) / 2).tolist()
+        assert float(s["c"]) == n * 15 + 6 * n * (n - 1) / 2
+    ops = [step.graph(x, y)[k]["op"] for k in step.graph(x, y).nx.nodes]
+    assert ops.count("allreduce") == 3, ops  # float64 tree, int64 tree, pmean's own tree
+    looped = burjit.compile(lambda v: burjit.fori_loop(0, 3, lambda i, c: dist.psum(c) / n + 1.0, v))
+    assert looped(np.full(2, float(r))).tolist() == [(n - 1) / 2 + 3.0] * 2
+    try:
+        burjit.compile(burjit.grad(lambda x: dist.pmean(burjit.ops.sum(x * x))))(np.ones(2))
+    except burjit.TracingError as e:
+        assert "mpi_program.py" in str(e) and "pmean the gradients" in str(e), e
+    else:
+        raise AssertionError("a gradient through pmean accepted")
 
 
 def fail():
