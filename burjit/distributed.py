@@ -17,9 +17,11 @@ and traced trees inside one: there each dtype's leaves become one `allreduce` gr
 primitive in burjit/primitives.py) over their packed values, which the native step runs as a
 call of MPI_Allreduce itself (codegen/lowering.py), through handles the executable writes into
 its arena when it is built (`native_handles`): never baked into code, so the disk cache holds
-across processes and MPI libraries. Compiled steps' collectives run on a duplicate of the
-communicator (made by init, collectively), so they never match a message of the user's own,
-and its errors abort the job: a native step has no exception to raise mid-collective.
+across processes and MPI libraries (with $BURJIT_COLLECTIVES=host, the step is split at its
+collectives instead and they run from Python between its compiled stages: burjit/staged.py).
+Compiled steps' collectives run on a duplicate of the communicator (made by init,
+collectively), so they never match a message of the user's own, and its errors abort the job:
+a native step has no exception to raise mid-collective.
 
 MPI is fail-stop: when a rank dies the launcher ends the job; a rank that raises should not
 leave the others waiting in a collective, so `main()`-style scripts call `abort_on_error()`
@@ -102,7 +104,8 @@ def native_handles(ranks):
         except (OSError, AttributeError):
             continue
     else:
-        raise RuntimeError("burjit.distributed: MPI_Allreduce is not found in the MPI library mpi4py loaded")
+        raise RuntimeError("burjit.distributed: MPI_Allreduce is not found in the MPI library mpi4py loaded; "
+                           "BURJIT_COLLECTIVES=host runs a step's collectives from Python instead")
     types = (MPI.FLOAT, MPI.DOUBLE, MPI.INT32_T, MPI.INT64_T)
     return [address, own.handle, MPI.SUM.handle] + [t.handle for t in types]
 

@@ -31,7 +31,7 @@ import os
 
 import numpy as np
 
-from . import pytree
+from . import pytree, staged
 from .errors import TracingError
 from .graph import TIERS, collector_paused, tier as graph_tier, value_key
 from .tracer import Trace, Tracer, check_dtype, lift
@@ -288,8 +288,12 @@ class CompiledFunction:
             if self.tier:
                 traced[0].meta["tier"] = self.tier
             build, default_passes = _lookup_backend(self._backend())
+            names = self.passes if self.passes is not None else default_passes
+            if staged.wanted(traced[0]):  # collectives on the host, between compiled stages
+                whole = pipeline.run(traced.pop(0), [n for n in (pipeline.DEFAULT if names is None else names) if n == "simplify"])
+                return Lowered(whole, staged.Staged(whole, lambda g: build(pipeline.run(g, names))), traced.pop())
             # pop: nothing but the first pass holds the traced graph, so it goes once copied
-            graph = pipeline.run(traced.pop(0), self.passes if self.passes is not None else default_passes)
+            graph = pipeline.run(traced.pop(0), names)
             out_tree = traced.pop()
         return Lowered(graph, build(graph), out_tree)
 
@@ -380,17 +384,25 @@ def _check_donated(donated, arrays, views):
 
     Views are caught too (a slice of a donated array passed beside it, or two overlapping donated
     slices): only when some array is a view (`views`) or repeats does the per-pair memory check
-    run. Every array here is C-contiguous, so may_share_memory's bounds test is exact.
+    run. Every array here is C-contiguous, so its bytes are one span: sorted by start, each span
+    is compared only with those that start before it ends (a GPT's 73 donated leaves beside
+    sharded views: 3 ms per call pair by pair).
     """
     for i, x in donated:
         if not x.flags.writeable:
             raise ValueError(f"donated argument {i} has a read-only array")
     if not views and len(set(map(id, arrays))) == len(arrays):
         return
-    for i, x in donated:
-        if sum(a is x or np.may_share_memory(a, x) for a in arrays) > 1:
-            raise ValueError(f"an array of donated argument {i} shares memory with another argument (the same "
-                             "array or a view of it); it would be overwritten while still being read")
+    argument = {id(x): i for i, x in donated}
+    spans = sorted((a.ctypes.data, a.ctypes.data + a.nbytes, id(a)) for a in arrays if a.nbytes)
+    for n, (_, end, a) in enumerate(spans):
+        for start, _, b in spans[n + 1:]:
+            if start >= end:
+                break
+            i = argument.get(a, argument.get(b))
+            if i is not None:
+                raise ValueError(f"an array of donated argument {i} shares memory with another argument (the "
+                                 "same array or a view of it); it would be overwritten while still being read")
 
 
 def _argnums(x, what):

@@ -2,13 +2,15 @@
 
     mpiexec -n N python tests/mpi_program.py train mlp|gpt [micro-batches per shard]
     mpiexec -n N python tests/mpi_program.py edges
-    mpiexec -n N python tests/mpi_program.py fail
+    mpiexec -n N python tests/mpi_program.py fail [raise|index]
+(with $BURJIT_COLLECTIVES=host the steps run split at their collectives, burjit/staged.py)
 
 `train`: each rank trains on its shard with pmean'd gradients (distributed.train_step: one
 compiled step; with micro-batches, accumulated inside it, then one pmean); rank 0 checks that every rank
 holds bit-identical parameters and that they equal full-batch training in one process within
-1e-12 (float64), then prints "OK ...". `fail`: the last rank raises while the others wait in
-an allreduce; abort_on_error must end the job with that rank's message.
+1e-12 (float64), then prints "OK ...". `fail`: the last rank raises (or its compiled step
+refuses an index) while the others wait in an allreduce; abort_on_error must end the job with
+that rank's message.
 """
 
 import sys
@@ -17,7 +19,7 @@ import numpy as np
 
 import burjit
 from burjit import distributed as dist
-from burjit import nn, optim
+from burjit import nn, optim, staged
 from burjit.pytree import flatten
 
 
@@ -61,6 +63,8 @@ def train(name, steps=40, micro=1):
         params, state, _ = step(params, state, *batch(t))
     reduces = [n for n in step.compiled.graph().nx.nodes if step.compiled.graph()[n]["op"] == "allreduce"]
     assert len(reduces) == 1, f"{len(reduces)} allreduce nodes for {micro} micro-batches"  # float64 only
+    split = isinstance(step.compiled.lower().executable, staged.Staged)
+    assert split == (staged.mode() == "host") and (not split or len(step.compiled.lower().executable.stages()) == 2)
     mine = _vector(params)
     every = dist.comm().gather(mine, root=0)
     if dist.rank() != 0:
@@ -74,7 +78,7 @@ def train(name, steps=40, micro=1):
     want = _vector(ref)
     diff, moved = float(np.max(np.abs(want - mine))), float(np.max(np.abs(want - start)))
     assert diff <= 1e-12 and moved > 1e-3, (diff, moved)
-    print(f"OK train {name} micro={micro} ranks={dist.size()} max|ranks - one process|={diff:.3g} "
+    print(f"OK train {name} micro={micro} ranks={dist.size()} collectives={staged.mode()} max|ranks - one process|={diff:.3g} "
           f"(parameters moved {moved:.3g})")
 
 
@@ -106,7 +110,7 @@ def edges():
         else:
             raise AssertionError(f"shard accepted {bad}")
     if r == 0:
-        print(f"OK edges ranks={n}")
+        print(f"OK edges ranks={n} collectives={staged.mode()}")
 
 
 def in_step(r, n):
@@ -126,24 +130,45 @@ def in_step(r, n):
     ops = [step.graph(x, y)[k]["op"] for k in step.graph(x, y).nx.nodes]
     assert ops.count("allreduce") == 3, ops  # float64 tree, int64 tree, pmean's own tree
     looped = burjit.compile(lambda v: burjit.fori_loop(0, 3, lambda i, c: dist.psum(c) / n + 1.0, v))
-    assert looped(np.full(2, float(r))).tolist() == [(n - 1) / 2 + 3.0] * 2
-    try:
-        burjit.compile(burjit.grad(lambda x: dist.pmean(burjit.ops.sum(x * x))))(np.ones(2))
-    except burjit.TracingError as e:
-        assert "mpi_program.py" in str(e) and "pmean the gradients" in str(e), e
+    if staged.mode() == "native":
+        assert looped(np.full(2, float(r))).tolist() == [(n - 1) / 2 + 3.0] * 2
     else:
-        raise AssertionError("a gradient through pmean accepted")
+        _refused(lambda: looped(np.full(2, float(r))), "inside a loop needs the native collective")
+        plan = step.lower(x, y).executable.plan
+        kinds = ["allreduce" if isinstance(p, staged.Collective) else "stage" for p in plan]
+        assert kinds == ["stage", "allreduce", "allreduce", "allreduce", "stage"], kinds
+    _refused(lambda: burjit.compile(burjit.grad(lambda x: dist.pmean(burjit.ops.sum(x * x))))(np.ones(2)),
+             "pmean the gradients")
 
 
-def fail():
+def _refused(call, says):
+    try:
+        call()
+    except burjit.TracingError as e:
+        assert "mpi_program.py" in str(e) and says in str(e), e
+    else:
+        raise AssertionError(f"accepted, where it should refuse with {says!r}")
+
+
+def fail(how):
     dist.abort_on_error()
-    if dist.rank() == dist.size() - 1:
-        raise ValueError(f"rank {dist.rank()}: a bad batch")
-    dist.pmean(np.ones(3))  # would wait forever for the failed rank without the abort
+    last = dist.rank() == dist.size() - 1
+    if how == "raise":
+        if last:
+            raise ValueError(f"rank {dist.rank()}: a bad batch")
+        dist.pmean(np.ones(3))  # would wait forever for the failed rank without the abort
+        return
+    # "index": the last rank's shard holds a token out of range; its native step refuses it
+    # while the other rank waits inside its own native step's MPI_Allreduce
+    loss, params, opt, batch = _model("gpt")
+    x, y = batch(0)
+    x[-1, 0] = 99 if last else x[-1, 0]
+    step = dist.train_step(loss, opt)
+    step(params, opt.init(params), x, y)
 
 
 if __name__ == "__main__":
     dist.init()
     modes = {"train": lambda: train(sys.argv[2], micro=int(sys.argv[3]) if len(sys.argv) > 3 else 1),
-             "edges": edges, "fail": fail}
+             "edges": edges, "fail": lambda: fail(sys.argv[2] if len(sys.argv) > 2 else "raise")}
     modes[sys.argv[1]]()

@@ -35,8 +35,8 @@ def _mpiexec():
     return found
 
 
-def _run(n, *args, timeout=240, program=PROGRAM):
-    env = dict(os.environ, MPIEXEC_TIMEOUT=str(timeout))
+def _run(n, *args, timeout=240, program=PROGRAM, **env):
+    env = dict(os.environ, MPIEXEC_TIMEOUT=str(timeout), **env)
     return subprocess.run([_mpiexec(), "-n", str(n), sys.executable, str(program), *args], env=env,
                           capture_output=True, text=True, timeout=timeout + 30)
 
@@ -56,6 +56,14 @@ def test_gradient_accumulation_composes_with_pmean():
     assert "OK train mlp micro=2 ranks=2" in done.stdout
 
 
+@pytest.mark.parametrize("what", [("train", "gpt"), ("train", "mlp", "2"), ("edges",)])
+def test_host_collectives_between_compiled_stages_train_the_same(what):
+    # phase 1: BURJIT_COLLECTIVES=host splits each step at its pmean (burjit/staged.py)
+    done = _run(2, *what, BURJIT_COLLECTIVES="host")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"OK {what[0]}" in done.stdout and "ranks=2 collectives=host" in done.stdout
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 3])
 def test_broadcast_shard_psum_pmean_edges(ranks):
     done = _run(ranks, "edges")
@@ -73,6 +81,13 @@ def test_a_rank_that_raises_aborts_the_job_with_its_message():
     done = _run(2, "fail", timeout=60)  # without the abort, rank 0 would wait in its allreduce until the timeout
     assert done.returncode != 0
     assert "ValueError: rank 1: a bad batch" in done.stderr and "MPI_Abort" in done.stdout + done.stderr
+
+
+def test_an_index_refused_by_one_ranks_native_step_aborts_the_job():
+    # rank 0 waits inside its native step's MPI_Allreduce; rank 1's step refuses a token
+    done = _run(2, "fail", "index", timeout=60)
+    assert done.returncode != 0
+    assert "IndexError: index 99 is out of range" in done.stderr and "MPI_Abort" in done.stdout + done.stderr
 
 
 def test_the_example_resumes_on_another_number_of_ranks(tmp_path):
@@ -102,5 +117,6 @@ def test_the_throughput_benchmark_runs(tmp_path):
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(out.read_text())
-    assert {(r["workload"], r["ranks"]) for r in rows} == {(w, k) for w in ("burtorch_gpt", "tensor_mlp") for k in (1, 2)}
+    assert {(r["workload"], r["ranks"], r["collectives"]) for r in rows} == \
+        {(w, k, c) for w in ("burtorch_gpt", "tensor_mlp") for k, c in ((1, "native"), (2, "native"), (2, "host"), (2, "none"))}
     assert all(r["samples_per_s"] > 0 and r["steps"] >= 8 for r in rows)
