@@ -19,7 +19,8 @@ function's `__call__` itself: each CompiledFunction is the one instance of its o
 a call runs one generated Python function, not a method that calls it (~0.1 us of ~0.5).
 
 A backend is `build(graph) -> executable`, with `executable(inputs) -> outputs` (lists of
-arrays). It must raise before writing anything when a step fails. Its executable may offer
+arrays). It must raise before writing anything when a step fails. A `build` with a TIER
+attribute traces every step at that tier, whatever tier is asked (mlir: "straight"). Its executable may offer
 `fast_path(prelude)`: the arguments -> the result, or what the prelude says with nothing run
 (codegen/native.py), the prelude's lines making the inputs list from the arguments and its
 expression the result from the outputs.
@@ -284,10 +285,11 @@ class CompiledFunction:
     def _lower(self, args, arrays):
         from .passes import pipeline
         with collector_paused():
-            traced = self._trace(args, arrays)
-            if self.tier:
-                traced[0].meta["tier"] = self.tier
             build, default_passes = _lookup_backend(self._backend())
+            tier = getattr(build, "TIER", None)  # a backend that runs one tier only (mlir: straight)
+            traced = self._trace(args, arrays, tier or self.tier)
+            if tier or self.tier:
+                traced[0].meta["tier"] = tier or self.tier
             names = self.passes if self.passes is not None else default_passes
             if staged.wanted(traced[0]):  # collectives on the host, between compiled stages
                 whole = pipeline.run(traced.pop(0), [n for n in (pipeline.DEFAULT if names is None else names) if n == "simplify"])
@@ -297,8 +299,8 @@ class CompiledFunction:
             out_tree = traced.pop()
         return Lowered(graph, build(graph), out_tree)
 
-    def _trace(self, args, arrays):
-        with Trace(graph_tier(self.tier)) as t:
+    def _trace(self, args, arrays, tier):
+        with Trace(graph_tier(tier)) as t:
             g = t.graph
             traced, in_leaf_pos, k = [], {}, 0
             static, _ = self._positions(len(args))

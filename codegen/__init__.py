@@ -1,7 +1,8 @@
 """LLVM IR emission, JIT and the calling convention (knows nothing of tracing).
 
-Registers the "native" backend, which becomes the default of @burjit.compile. The pieces:
+Registers the "native" backend, which becomes the default of @burjit.compile, and "mlir". The pieces:
   native.py    build(graph) -> NativeExecutable: cache lookup, compile, call, inspection
+  mlir.py      the planned step as MLIR (step.mlir());  mlir_backend.py the "mlir" backend over it
   lowering.py  the step's driver over the schedule and memory plan, each distinct kernel a module
   objects.py   the step's object code: from memory, the per-step and per-kernel disk caches, or compiled
   program.py   per-element kernels: fused elementwise groups, reductions with prologues
@@ -18,8 +19,10 @@ Registers the "native" backend, which becomes the default of @burjit.compile. Th
 
 from burjit.jit import register_backend
 
+from .mlir_backend import MLIRExecutable
 from .native import NativeExecutable, build
 
 register_backend("native", NativeExecutable)
+register_backend("mlir", MLIRExecutable)
 
 __all__ = ["NativeExecutable", "build"]

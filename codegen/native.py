@@ -15,7 +15,7 @@ off, so `fast_path` hands jit.py a call that needs no Python check per leaf; num
 in as they are, read in place.
 
 Environment (read at build time):
-  BURJIT_DUMP_DIR       write <key>.ll, <key>.opt.ll and <key>.s for every step built
+  BURJIT_DUMP_DIR       write <key>.ll, <key>.opt.ll, <key>.s and <key>.mlir for every step built
   BURJIT_POISON_ARENA=1 fill the arena with 0xFF bytes (NaN / -1) at call start and each arena
                         value's bytes just before the kernel that defines it, so a memory plan
                         that overlaps two live values gives visibly wrong results
@@ -44,7 +44,7 @@ from burjit.primitives import ITEMSIZE
 from burjit.passes import pipeline
 from burjit.passes.memplan import ALIGN
 
-from . import abi, cache, engine, objects
+from . import abi, cache, engine, mlir, objects
 from .lowering import ENTRY, SYMBOL, Lowering
 
 _STEP = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)  # holds the GIL: calls share one arena
@@ -212,6 +212,10 @@ class NativeExecutable(_Lowered):
             self._ir["asm"] = engine.emit_assembly(self._module(optimized=True))
         return self._ir["asm"]
 
+    def mlir(self):
+        """The step after passes as MLIR in upstream dialects, over the same buffers (mlir.py)."""
+        return mlir.step_mlir(self.graph)
+
     def stats(self):
         """What building the step cost: seconds emitting IR (kernels compile meanwhile) and then
         waiting for LLVM (both 0 on a step cache hit),
@@ -234,6 +238,10 @@ class NativeExecutable(_Lowered):
         (d / f"{self.key[:16]}.ll").write_text(self.llvm_ir(optimized=False))
         (d / f"{self.key[:16]}.opt.ll").write_text(self.llvm_ir(optimized=True))
         (d / f"{self.key[:16]}.s").write_text(self.asm())
+        try:
+            (d / f"{self.key[:16]}.mlir").write_text(self.mlir())
+        except mlir.Unsupported:  # loops, scalar regions, collectives: no .mlir yet (mlir.py)
+            pass
 
 
 class _CheckedExecutable(NativeExecutable):

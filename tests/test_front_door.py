@@ -165,7 +165,7 @@ def test_copies_and_pickles_are_working_compiled_functions(capfd):
 
 
 def test_unknown_backend_lists_the_known_ones(monkeypatch):
-    with pytest.raises(ValueError, match=r"unknown backend 'bogus'; known backends: native, reference"):
+    with pytest.raises(ValueError, match=r"unknown backend 'bogus'; known backends: mlir, native, reference"):
         burjit.compile(lambda x: x, backend="bogus")
     monkeypatch.setenv("BURJIT_BACKEND", "bogus")
     with pytest.raises(ValueError, match=r"unknown backend 'bogus' \(from \$BURJIT_BACKEND\)"):

@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 import burjit
 from burjit import ops as F
 from burjit.jit import BACKENDS
+from conftest import need_mlir_tools
 
 POS = (0.3, 2.0)     # log, log1p, sqrt, pow base, divisors
 ANY = (-2.0, 2.0)
@@ -88,6 +89,8 @@ def fd_grad(npf, args, k, w, h=1e-6):
 
 
 def check(fn, npf, args, backend, rtol=1e-5, atol=1e-6):
+    if backend == "mlir":
+        need_mlir_tools()
     args = tuple(np.array(a, dtype=np.float64) for a in args)
     expected = npf(*args)
     w = np.random.default_rng(0).uniform(0.5, 1.5, np.shape(expected))

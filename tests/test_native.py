@@ -327,7 +327,7 @@ def test_dump_dir_writes_ir_and_assembly(tmp_path, monkeypatch):
     step = burjit.compile(lambda x: x * 3.0)
     step(np.ones(5))
     names = sorted(p.suffixes[-1] for p in tmp_path.iterdir())
-    assert names == [".ll", ".ll", ".s"]
+    assert names == [".ll", ".ll", ".mlir", ".s"]
     assert "burjit_step" in step.llvm_ir() and "burjit_step" in step.asm()
     assert isinstance(step.lower(np.ones(5)).executable, NativeExecutable)
 

@@ -25,7 +25,7 @@ from .tinygrad import Tinygrad
 from .torch import Torch
 
 FRAMEWORKS = {fw.name: fw for fw in (
-    Burjit(), Burjit("burjit-ref", backend="reference"), BurjitLoad(), Torch(), Torch("torch.compile", compiled=True),
+    Burjit(), Burjit("burjit-ref", backend="reference"), Burjit("burjit.mlir", backend="mlir"), BurjitLoad(), Torch(), Torch("torch.compile", compiled=True),
     Jax(), TensorFlow(), TensorFlow("tf.function", graph=True), TFLite(),
     MLX(), MLX("mlx.compile", compiled=True), Tinygrad(),
     Autograd(), Micrograd())}
