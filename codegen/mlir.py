@@ -249,8 +249,9 @@ class Emitter:
         self._copy_outputs()
         body = "\n".join(self.lines)
         head = "\n".join(f"  {x}" for x in self.globals)
-        return (f"module {{\n{head + chr(10) if head else ''}  func.func @{self.name}({', '.join(args)}) attributes {{llvm.emit_c_interface}} {{\n"
-                f"{body}\n    return\n  }}\n}}\n")
+        # the C interface: a wrapper taking a pointer to each memref's descriptor (mlir_backend.py)
+        func = f"  func.func @{self.name}({', '.join(args)}) attributes {{llvm.emit_c_interface}} {{"
+        return f"module {{\n{head + chr(10) if head else ''}{func}\n{body}\n    return\n  }}\n}}\n"
 
     def _placed(self, n):
         a, (kind, v) = self.g[n], self.plan.location[n][:2]
