@@ -10,8 +10,10 @@ body is the registry's `scalar` rules run against `Scalar`, the MLIR scalar emit
 same rules the LLVM emitter runs: no second copy of an op); matmul is `linalg.matmul` or
 `linalg.batch_matmul`, transpose `linalg.transpose`, slices and gathers `linalg.generic`s with
 affine or loaded indices, scatter_add an `scf.for` nest. Ops carry `loc` attributes with the
-user's file:line. Loops, scalar regions, bitcasts and collectives are not emitted yet
-(`Unsupported`). Values are stored as the native step stores them: bool as i8.
+user's file:line. A loop's body is a private function of its own, called from an `scf.for`
+or `scf.while` (`_loop`); an allreduce an external call of `MPI_Allreduce`; a scalar region
+(the tape tier) straight-line scalar code. Values are stored as the native step stores them:
+bool as i8.
 """
 
 import struct
@@ -19,6 +21,9 @@ import struct
 import numpy as np
 
 from burjit import primitives as P
+from burjit.passes import pipeline
+from burjit.records import CONST, IMPORT, KINDS
+from burjit.passes.memplan import ALIGN
 
 from .types import ITEMSIZE
 
@@ -27,11 +32,9 @@ STORED = dict(TYPE, bool="i8")
 _FCMP = {"<": "olt", "<=": "ole", ">": "ogt", ">=": "oge", "==": "oeq", "!=": "une"}
 _ICMP = {"<": "slt", "<=": "sle", ">": "sgt", ">=": "sge", "==": "eq", "!=": "ne"}
 PARALLEL = '"parallel"'
+WORDS = "burjit_mpi_words"  # a step's MPI handles (distributed.NATIVE_WORDS), written after loading
+ARENA = "memref<?xi8>"  # the step's arena: its size is the plan's plus what its loops reserve
 _UCMP = dict(_ICMP, **{"<": "ult", "<=": "ule", ">": "ugt", ">=": "uge"})
-
-
-class Unsupported(NotImplementedError):
-    """A node this emitter does not express yet."""
 
 
 class V(str):
@@ -189,11 +192,13 @@ def _contiguous(shape):
 
 class Buffer:
     """A value in memory: its SSA name, type and dtype; the buffer it views (`root`, itself if
-    none), where it starts in that buffer and its strides, in elements."""
+    none), where it starts in that buffer and its strides, in elements; `arena_byte`, where it
+    starts in the arena if it lives there (None for the caller's buffers and stack values)."""
 
-    def __init__(self, name, typ, dtype, root=None, offset=0, strides=None):
+    def __init__(self, name, typ, dtype, root=None, offset=0, strides=None, arena_byte=None):
         self.name, self.type, self.dtype, self.offset, self.strides = name, typ, dtype, offset, strides
         self.root = root or self
+        self.arena_byte = arena_byte
 
 
 def _operands(buffers):
@@ -213,12 +218,26 @@ def _map(rank, exprs):
     return f"affine_map<({dims}) -> ({', '.join(exprs)})>"
 
 
+def _align(n):
+    return -(-n // ALIGN) * ALIGN
+
+
 class Emitter:
-    def __init__(self, graph, name="step"):
+    """One graph's function. A loop body's Emitter (`parent` given) shares the module's globals,
+    functions, SSA names and error list with the step's."""
+
+    def __init__(self, graph, name="step", parent=None):
         self.g, self.name = graph, name
         self.plan = graph.meta["memory"]
-        self.lines, self.globals, self.buffers, self.errors = [], [], {}, []
-        self.names = iter(range(1 << 40))
+        self.lines, self.buffers = [], {}
+        self.ranks = None
+        if parent is None:
+            self.globals, self.functions, self.errors, self.names = [], [], [], iter(range(1 << 40))
+        else:
+            self.globals, self.functions, self.errors, self.names = (parent.globals, parent.functions, parent.errors,
+                                                                     parent.names)
+        self.loops = parent.loops if parent else ()  # the srcs of the loops this graph's function runs in
+        self.top = _align(self.plan.arena_bytes)  # the arena beyond the plan: what loops need (`reserve`)
 
     def fresh(self, prefix="v"):
         return f"%{prefix}{next(self.names)}"
@@ -232,12 +251,13 @@ class Emitter:
         return v
 
     # -- buffers ----------------------------------------------------------------------------------
-    def text(self):
+    def function(self, private=False):
+        """This graph's func.func (into self.functions); its arena is `self.top` bytes."""
         g = self.g
         args = [f"%in{k}: {memref_type(g[n]['shape'], g[n]['dtype'])}" for k, n in enumerate(g.inputs)]
         args += [f"%out{j}: {memref_type(g[n]['shape'], g[n]['dtype'])}" for j, n in enumerate(g.outputs)]
-        arena = max(self.plan.arena_bytes, 1)
-        args += [f"%arena: memref<{arena}xi8>", "%status: memref<i32>"]
+        args += [f"%arena: {ARENA}", "%status: memref<i32>"]
+        self.signature = [a.split(": ", 1)[1] for a in args]
         for n in g.topo():
             if n in self.plan.location and self.plan.location[n][0] != "view":
                 self.buffers[n] = self._placed(n)
@@ -247,11 +267,27 @@ class Emitter:
         for group in g.meta["schedule"]:
             self._kernel(group)
         self._copy_outputs()
-        body = "\n".join(self.lines)
-        head = "\n".join(f"  {x}" for x in self.globals)
-        # the C interface: a wrapper taking a pointer to each memref's descriptor (mlir_backend.py)
-        func = f"  func.func @{self.name}({', '.join(args)}) attributes {{llvm.emit_c_interface}} {{"
-        return f"module {{\n{head + chr(10) if head else ''}{func}\n{body}\n    return\n  }}\n}}\n"
+        # the step has a C interface: a wrapper taking a pointer to each memref's descriptor (mlir_backend.py)
+        head = (f"func.func private @{self.name}" if private else f"func.func @{self.name}") + f"({', '.join(args)})"
+        self.functions.append("\n".join([f"  {head}{'' if private else ' attributes {llvm.emit_c_interface}'} {{",
+                                         *self.lines, "    return", "  }"]))
+
+    def text(self):
+        self.function()
+        return "\n".join(["module {", *(f"  {x}" for x in self.globals), *self.functions, "}", ""])
+
+    def reserve(self, nbytes):
+        """Arena bytes past the plan's (a loop body's arena, staging rows): their offset."""
+        at, self.top = self.top, _align(self.top + max(nbytes, 1))
+        return at
+
+    def arena_view(self, at, shape, dtype, src=None):
+        """The arena's bytes from `at` (an int, or an index SSA value) on as a contiguous memref."""
+        name, typ = self.fresh("w"), memref_type(shape, dtype)
+        offset = self.index(at) if isinstance(at, int) else at
+        self.emit(f"{name} = memref.view %arena[{offset}][] : {ARENA} to {typ}", src)
+        byte = at if isinstance(at, int) else None
+        return Buffer(name, typ, dtype, strides=_contiguous(shape), arena_byte=byte)
 
     def _placed(self, n):
         a, (kind, v) = self.g[n], self.plan.location[n][:2]
@@ -262,8 +298,8 @@ class Emitter:
             name = f"%out{v}"
         else:
             name = f"%n{n}"  # the graph's node id, as str(graph) prints it
-            self.emit(f"{name} = memref.view %arena[{self.index(v)}][] : memref<{max(self.plan.arena_bytes, 1)}xi8> "
-                      f"to {typ}")
+            self.emit(f"{name} = memref.view %arena[{self.index(v)}][] : {ARENA} to {typ}")
+            return Buffer(name, typ, a["dtype"], strides=_contiguous(a["shape"]), arena_byte=v)
         return Buffer(name, typ, a["dtype"], strides=_contiguous(a["shape"]))
 
     def _view(self, n):
@@ -274,11 +310,14 @@ class Emitter:
         return self._reinterpret(base, a["shape"], a["dtype"], offset, _contiguous(a["shape"]), a.get("src"), f"%n{n}")
 
     def _reinterpret(self, base, shape, dtype, offset, strides, src=None, name=None):
-        name, typ = name or self.fresh("r"), memref_type(shape, dtype, strides, offset)
+        plain = offset == 0 and list(strides) == _contiguous(shape)  # then the type says so: a body takes it
+        name, typ = name or self.fresh("r"), memref_type(shape, dtype, None if plain else strides, offset)
         self.emit(f"{name} = memref.reinterpret_cast {base.root.name} to offset: [{offset}], sizes: "
                   f"[{', '.join(map(str, shape))}], strides: [{', '.join(map(str, strides))}] : "
                   f"{base.root.type} to {typ}", src)
-        return Buffer(name, typ, dtype, base.root, offset, strides)
+        root = base.root
+        byte = None if root.arena_byte is None else root.arena_byte + offset * ITEMSIZE[dtype]
+        return Buffer(name, typ, dtype, root, offset, strides, byte)
 
     def buffer(self, n):
         """n's buffer; a source that codegen inlines (const, iota, literal) gets one made here."""
@@ -308,9 +347,8 @@ class Emitter:
         if kinds <= {"elementwise", "reduce", "shape"} and (len(group) > 1 or kinds != {"shape"}
                                                              or head["op"] == "broadcast_to"):
             return self._elementwise(group)
-        if len(group) != 1 or not hasattr(self, f"_{head['op']}"):
-            raise Unsupported(f"step.mlir(): {head['op']} (at {head.get('src')}) is not emitted as MLIR yet")
-        getattr(self, f"_{head['op']}")(group[0])
+        (n,) = group  # every other kind of kernel is one node, emitted by the method of its op
+        getattr(self, f"_{head['op']}")(n)
 
     def _elementwise(self, group, out_buffers=None):
         """One linalg.generic: elementwise nodes of one shape, broadcasts into it, and at most one
@@ -537,12 +575,200 @@ class Emitter:
 
     def _checked(self, e, j, size, n):
         """Index j as an index, 0 where it is out of range; then %status holds error k (1-based,
-        the k-th of self.errors), so the caller raises after the step and restores what it wrote."""
-        self.errors.append(n)
+        the k-th of self.errors: graph, node, the loops around it), so the caller raises after the
+        step and restores what it wrote."""
+        self.errors.append((self.g, n, self.loops))
         bad = e.or_(e.cmp("<", j, e.const(0, j)), e.cmp(">=", j, e.const(size, j)))
         old = e.op("memref.load %status[] : memref<i32>", "i32")
         e.lines.append(f"memref.store {e.select(bad, e.constant(len(self.errors), 'i32'), old)}, %status[] : memref<i32>")
         return e.op(f"arith.index_cast {e.select(bad, e.const(0, j), j)} : {j.type} to index", "index")
+
+    # -- scalar regions (burjit/region.py) --------------------------------------------------------
+    def _region(self, n):
+        """A scalar region of the tape tier: its records as straight-line scalar code (the same
+        registry rules), reading its 0-d imports and storing each output into its vector."""
+        g, a = self.g, self.g[n]
+        r, outputs = a["attrs"]["region"], a["attrs"]["outputs"]
+        lines = []
+        e = Scalar(lines, self.names, _loc(a.get("src")))
+        imports = [(self.buffer(o), g[o]["dtype"]) for o in g.operands(n)]
+        vals = []
+        for v in range(max(outputs, default=-1) + 1):
+            op, attrs, dtype, _ = KINDS[r.kinds[v]]
+            args = r.args(v)
+            if op == IMPORT:
+                buf, d = imports[args[0]]
+                vals.append(e.cast(e.load(e.op(f"memref.load {buf.name}[] : {buf.type}", STORED[d]), d), dtype))
+            elif op == CONST:
+                vals.append(e.constant(r.values[v], TYPE[dtype]))
+            else:
+                vals.append(P.PRIMITIVES[op].scalar(e, *[vals[k] for k in args], **attrs))
+        out = self.buffers[n]
+        for slot, w in enumerate(outputs):
+            lines.append(f"memref.store {e.store(vals[w], r.dtype)}, {out.name}[{self.index(slot)}] : {out.type}")
+        self.lines += [f"    {line}" for line in lines]
+
+    # -- loops (burjit/control.py) ----------------------------------------------------------------
+    def _loop(self, n):
+        """The body as a private function of its own graph (its arena reserved in this one's),
+        called from an scf.for (scf.while for a while loop). Its carry lives in the loop's
+        vector, updated in place; each iteration's row of xs is copied into a staging buffer
+        before the call and its row of ys out of one after, as a function takes contiguous memrefs."""
+        g, a = self.g, self.g[n]
+        spec, src = a["attrs"]["body"], a.get("src")
+        body = Emitter(pipeline.prepare(spec.graph), f"{self.name}_loop{n}", self)
+        body.loops = (src,) + self.loops
+        body.function(private=True)
+        self.ranks = self.ranks or body.ranks
+        operands, vec = g.operands(n), self.buffers[n]
+        nc, nx, until = spec.n_carry, spec.n_xs, spec.length is None
+        leaves = [self._leaf(vec, off, shape, d, src) for off, shape, d in spec.leaves]
+        for k in range(nc):
+            self._copy(self.buffer(operands[k]), leaves[k], src)
+        if until:  # the flag ends the vector: cond(init) before the first iteration
+            self._copy(self.buffer(operands[nc]), leaves[nc], src)
+        captures = [self._contiguous_copy(self.buffer(o), g[o]["shape"], g[o]["dtype"], src)
+                    for o in operands[nc + nx + until:]]
+        index = self.arena_view(self.reserve(8), (), "int64", src)
+        xs = [(self.buffer(o), g[o]["shape"][1:], g[o]["dtype"]) for o in operands[nc:nc + nx]]
+        ys = [] if until else [(leaves[nc + j], shape[1:], d) for j, (_, shape, d) in enumerate(spec.leaves[nc:])]
+        rows_in = [self.arena_view(self.reserve(_nbytes(shape, d)), shape, d, src) for _, shape, d in xs]
+        rows_out = [self.arena_view(self.reserve(_nbytes(shape, d)), shape, d, src) for _, shape, d in ys]
+        arena = self.fresh("w")
+        self.emit(f"{arena} = memref.view %arena[{self.index(self.reserve(body.top))}][{self.index(body.top)}] : "
+                  f"{ARENA} to {ARENA}", src)
+        args = leaves[:nc] + [index] + rows_in + captures + leaves[:nc] + (leaves[nc:] if until else rows_out)
+        call = (f"func.call @{body.name}({', '.join(b.name for b in args)}, {arena}, %status) : "
+                f"({', '.join(body.signature)}) -> ()")
+        if until:
+            return self._while(leaves[nc], index, call, src)
+        k = self.fresh("k")
+        self.emit(f"scf.for {k} = {self.index(0)} to {self.index(spec.length)} step {self.index(1)} {{")
+        i = k
+        if spec.reverse:
+            i = self.fresh("i")
+            self.emit(f"{i} = arith.subi {self.index(spec.length - 1)}, {k} : index")
+        start = self.fresh("i")
+        self.emit(f"{start} = arith.addi {i}, {self.index(spec.start)} : index")
+        value = self.fresh("i")
+        self.emit(f"{value} = arith.index_cast {start} : index to i64")
+        self.emit(f"memref.store {value}, {index.name}[] : {index.type}")
+        for (buf, shape, d), row in zip(xs, rows_in):
+            self._copy(self._row(buf, i, shape, d), row, src)
+        self.emit(call, src)
+        for (buf, shape, d), row in zip(ys, rows_out):
+            self._copy(row, self._row(buf, i, shape, d), src)
+        self.emit("}", src)
+
+    def _while(self, flag, index, call, src):
+        """scf.while the flag (the body's last output, cond of its new carry) is nonzero and no
+        index has failed: a clamped index must not keep a loop running that would have ended."""
+        k, k2, f, go, s, ok, more, one = (self.fresh(x) for x in "kkfgsomc")
+        t = STORED[flag.dtype]
+        zero = constant_text(0, t)
+        self.emit(f"{self.fresh('r')} = scf.while ({k} = {self.index(0)}) : (index) -> index {{")
+        self.emit(f"{f} = memref.load {flag.name}[] : {flag.type}")
+        self.emit(f"{go} = " + (f"arith.cmpf one, {f}, {self.literal(zero)} : {t}" if _float(t)
+                                else f"arith.cmpi ne, {f}, {self.literal(zero)} : {t}"))
+        self.emit(f"{s} = memref.load %status[] : memref<i32>")
+        self.emit(f"{ok} = arith.cmpi eq, {s}, {self.literal('0 : i32')} : i32")
+        self.emit(f"{more} = arith.andi {go}, {ok} : i1")
+        self.emit(f"scf.condition({more}) {k} : index")
+        self.emit("} do {")
+        self.lines.append(f"    ^bb0({k2}: index):")
+        value = self.fresh("i")
+        self.emit(f"{value} = arith.index_cast {k2} : index to i64")
+        self.emit(f"memref.store {value}, {index.name}[] : {index.type}")
+        self.emit(call, src)
+        self.emit(f"{one} = arith.addi {k2}, {self.index(1)} : index")
+        self.emit(f"scf.yield {one} : index")
+        self.emit("}", src)
+
+    def literal(self, text):
+        v = self.fresh("c")
+        self.emit(f"{v} = arith.constant {text}")
+        return v
+
+    def _leaf(self, vec, off, shape, dtype, src):
+        """Leaf (element offset, shape, dtype) of a loop's vector as a contiguous memref (of another
+        dtype than the vector's too: a packed vector's leaf, control.PACKED)."""
+        if vec.arena_byte is not None:
+            return self.arena_view(vec.arena_byte + off * ITEMSIZE[vec.dtype], shape, dtype, src)
+        if dtype == vec.dtype and vec.offset + off == 0:
+            return self._reinterpret(vec, shape, dtype, 0, _contiguous(shape), src)
+        if _nbytes(shape, dtype) == 0:  # ys of no rows after a carry that is the whole vector
+            name, typ = self.fresh("k"), memref_type(shape, dtype)
+            self.emit(f"{name} = memref.alloca() : {typ}", src)
+            return Buffer(name, typ, dtype, strides=_contiguous(shape))
+        # a vector in the caller's buffer is a loop node that is itself the output: one leaf spans it
+        raise AssertionError(f"loop at {src}: leaf at element {off} of a vector in the caller's buffer")
+
+    def _contiguous_copy(self, buf, shape, dtype, src):
+        """buf as a memref of the plain contiguous type a function takes: itself, or a copy."""
+        if buf.type == memref_type(shape, dtype):
+            return buf
+        out = self.arena_view(self.reserve(_nbytes(shape, dtype)), shape, dtype, src)
+        self._copy(buf, out, src)
+        return out
+
+    def _row(self, buf, i, shape, dtype):
+        """Row i (an index SSA value) of buf, rank-reduced to `shape`."""
+        strides = buf.strides[1:]
+        name = self.fresh("s")
+        typ = f"memref<{''.join(f'{d}x' for d in shape)}{STORED[dtype]}, strided<[{', '.join(map(str, strides))}], offset: ?>>"
+        zeros = ", 0" * len(shape)
+        self.emit(f"{name} = memref.subview {buf.name}[{i}{zeros}] [1{''.join(f', {d}' for d in shape)}] "
+                  f"[1{', 1' * len(shape)}] : {buf.type} to {typ}")
+        return Buffer(name, typ, dtype)
+
+    def _bitcast(self, n):
+        """A packed leaf of a loop's vector (int64 words holding its bytes), copied out."""
+        a = self.g[n]
+        (vec,) = self.g.operands(n)
+        leaf = self._leaf(self.buffer(vec), a["attrs"]["start"], a["shape"], a["dtype"], a.get("src"))
+        self._copy(leaf, self.buffers[n], a.get("src"))
+
+    # -- collectives (burjit/distributed.py) ------------------------------------------------------
+    def _allreduce(self, n):
+        """MPI_Allreduce(operand, node, count, datatype, MPI_SUM, communicator): an external call,
+        its handles read from the global WORDS that the backend fills in each process (ints
+        under MPICH, pointers under Open MPI: 64-bit words either way, as native's)."""
+        from burjit.distributed import NATIVE_WORDS
+        g, a = self.g, self.g[n]
+        (x,) = g.operands(n)
+        count = int(np.prod(a["shape"], dtype=np.int64))
+        self.ranks = a["attrs"]["ranks"]
+        if not count:
+            return
+        typ = f"memref<{len(NATIVE_WORDS)}xi64>"
+        for line in (f"memref.global @{WORDS} : {typ} = uninitialized",
+                     "func.func private @MPI_Allreduce(i64, i64, i32, i64, i64, i64) -> i32"):
+            if line not in self.globals:
+                self.globals.append(line)
+        words = self.fresh("h")
+        self.emit(f"{words} = memref.get_global @{WORDS} : {typ}")
+        word = {}
+        for name in ("comm", "MPI_SUM", a["dtype"]):
+            word[name] = self.fresh("h")
+            self.emit(f"{word[name]} = memref.load {words}[{self.index(NATIVE_WORDS.index(name))}] : {typ}")
+        send, recv = (self._address(self.buffer(v)) for v in (x, n))
+        size = self.literal(f"{count} : i32")
+        self.emit(f"{self.fresh('r')} = func.call @MPI_Allreduce({send}, {recv}, {size}, {word[a['dtype']]}, "
+                  f"{word['MPI_SUM']}, {word['comm']}) : (i64, i64, i32, i64, i64, i64) -> i32", a.get("src"))
+
+    def _address(self, buf):
+        """The address of buf's first element as an i64: from the arena argument's aligned pointer
+        when it lives there (mlir-opt 19's expand-strided-metadata folds the aligned pointer of a
+        memref.view to its source's, dropping the shift), else from its root's."""
+        if buf.arena_byte is not None:
+            root, typ, shift = "%arena", ARENA, buf.arena_byte
+        else:
+            root, typ, shift = buf.root.name, buf.root.type, buf.offset * ITEMSIZE[buf.dtype]
+        base, at, v = self.fresh("p"), self.fresh("p"), self.fresh("p")
+        self.emit(f"{base} = memref.extract_aligned_pointer_as_index {root} : {typ} -> index")
+        self.emit(f"{at} = arith.addi {base}, {self.index(shift)} : index")
+        self.emit(f"{v} = arith.index_cast {at} : index to i64")
+        return v
 
     # -- results ----------------------------------------------------------------------------------
     def _copy_outputs(self):
@@ -562,16 +788,20 @@ class Emitter:
         self.emit(f"linalg.copy ins({_operands([src])}) outs({_operands([dest])})", where)
 
 
+def _nbytes(shape, dtype):
+    return int(np.prod(shape, dtype=np.int64)) * ITEMSIZE[dtype]
+
+
 def step_mlir(graph):
     """The MLIR module of a planned graph (after the pipeline and pipeline.prepare)."""
-    return module(graph)[0]
+    return module(graph).module_text
 
 
 def module(graph):
-    """(MLIR text, the gather and scatter nodes whose index check sets %status to k+1)."""
-    for n in graph.nx._node:
-        op = graph[n]["op"]
-        if P.PRIMITIVES[op].kind in ("loop", "region", "collective") or op == "bitcast":
-            raise Unsupported(f"step.mlir(): {op} (at {graph[n].get('src')}) is not emitted as MLIR yet")
+    """The Emitter of graph, run: its `module_text`, the arena bytes it needs (`top`), `errors`
+    (graph, gather or scatter node, srcs of the loops around it: the one whose index check sets
+    %status to k+1) and `ranks`, its allreduces' number of ranks (None without any)."""
     e = Emitter(graph)
-    return e.text(), e.errors
+    e.module_text = e.text()
+    return e
+

@@ -10,7 +10,9 @@ The calling convention is MLIR's C interface: a pointer per buffer to its memref
 (allocated pointer, aligned pointer, offset, sizes..., strides...). Contracts as native's: an index out of range (the step's
 status word, mlir.py) raises IndexError after the step, which restores the donated inputs it
 wrote in place (copied aside before the call, only for steps with gathers or scatters);
-BURJIT_POISON_ARENA=1 fills the arena with 0xFF before each call.
+BURJIT_POISON_ARENA=1 fills the arena with 0xFF before each call. An allreduce calls this
+process's MPI_Allreduce (bound by address when the step loads), its handles written into the
+module's WORDS global: this backend caches nothing across processes.
 """
 
 import ctypes
@@ -21,6 +23,7 @@ import subprocess
 import tempfile
 
 import numpy as np
+from llvmlite import binding as llvm
 
 from burjit import arena
 from burjit.errors import out_of_range
@@ -29,8 +32,9 @@ from burjit.passes.memplan import ALIGN
 
 from . import engine, mlir
 
+# lower-affine twice: expand-strided-metadata makes affine.apply of a row offset (loop bodies, mlir.py)
 PIPELINE = ("--convert-linalg-to-loops", "--lower-affine", "--convert-scf-to-cf", "--convert-math-to-libm",
-            "--convert-math-to-llvm", "--expand-strided-metadata", "--finalize-memref-to-llvm",
+            "--convert-math-to-llvm", "--expand-strided-metadata", "--lower-affine", "--finalize-memref-to-llvm",
             "--convert-arith-to-llvm", "--convert-cf-to-llvm", "--convert-func-to-llvm",
             "--reconcile-unrealized-casts")
 INSTALL = ("install MLIR's tools (Debian/Ubuntu: apt-get install mlir-19-tools) or set BURJIT_MLIR_TOOLS to "
@@ -76,17 +80,27 @@ def llvm_ir(text):
 
 
 class MLIRExecutable:
-    TIER = "straight"  # scalar programs as ordinary nodes: mlir.py emits no tape regions
+    TIER = "straight"  # scalar programs as ordinary nodes: a region as one straight-line function took
+                       # LLVM's O2 391 s for 12k ops (mlir.py emits regions for native's step.mlir())
 
     def __init__(self, graph):
         self.graph = graph = pipeline.prepare(graph)
-        self._mlir, self._errors = mlir.module(graph)
+        emitted = mlir.module(graph)
+        self._mlir, self._errors = emitted.module_text, emitted.errors
         self._ll = llvm_ir(self._mlir)
         module = engine.parse(self._ll)
         module.triple, module.data_layout = engine.triple_and_layout()
         engine.optimise(module, 2)
-        self._loaded = engine.Loaded([engine.emit_object(module)], ["_mlir_ciface_step"])
-        self._arena = arena.zeroed(max(graph.meta["memory"].arena_bytes, 1), ALIGN)
+        words = []
+        if emitted.ranks is not None:  # this process's MPI: the function by its address, handles into WORDS
+            from burjit import distributed
+            words = distributed.native_handles(emitted.ranks)
+            llvm.add_symbol("MPI_Allreduce", words[0])
+        symbols = ["_mlir_ciface_step"] + ([mlir.WORDS] if words else [])
+        self._loaded = engine.Loaded([engine.emit_object(module)], symbols)
+        if words:
+            (ctypes.c_uint64 * len(words)).from_address(self._loaded.addresses[mlir.WORDS])[:] = words
+        self._arena = arena.zeroed(emitted.top, ALIGN)  # the plan's bytes, then what the loops reserve
         self._status = np.zeros((), np.int32)
         self._poison = os.environ.get("BURJIT_POISON_ARENA") == "1"
         # donated inputs the step writes in place: kept aside while a computed index may still fail
@@ -118,11 +132,12 @@ class MLIRExecutable:
         return outs
 
     def _raise(self, error, inputs):
-        g, n = self.graph, self._errors[error]
+        g, n, loops = self._errors[error]
         table, idx = g.operands(n)
         size = g[table]["shape"][0] if g[n]["op"] == "take" else g[n]["attrs"]["n"]
-        given = inputs[g.inputs.index(idx)] if g[idx]["op"] == "input" else None
-        raise IndexError(out_of_range(size, g[n]["op"], g[n].get("src"), given))
+        given = inputs[g.inputs.index(idx)] if g is self.graph and g[idx]["op"] == "input" else None
+        raise IndexError(out_of_range(size, g[n]["op"], g[n].get("src"), given)
+                         + "".join(f", in the loop at {src}" for src in loops))
 
     def mlir(self):
         """The MLIR this backend compiled (mlir.py)."""

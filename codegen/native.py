@@ -238,10 +238,7 @@ class NativeExecutable(_Lowered):
         (d / f"{self.key[:16]}.ll").write_text(self.llvm_ir(optimized=False))
         (d / f"{self.key[:16]}.opt.ll").write_text(self.llvm_ir(optimized=True))
         (d / f"{self.key[:16]}.s").write_text(self.asm())
-        try:
-            (d / f"{self.key[:16]}.mlir").write_text(self.mlir())
-        except mlir.Unsupported:  # loops, scalar regions, collectives: no .mlir yet (mlir.py)
-            pass
+        (d / f"{self.key[:16]}.mlir").write_text(self.mlir())
 
 
 class _CheckedExecutable(NativeExecutable):

@@ -3,7 +3,6 @@ import os
 import pytest
 from hypothesis import settings
 
-import burjit
 from burjit.jit import BACKENDS
 
 settings.register_profile("default", max_examples=25, deadline=None, derandomize=True)
@@ -31,13 +30,3 @@ def need_mlir_tools():
         if os.environ.get("BURJIT_REQUIRE_MLIR") == "1":
             pytest.fail(f"$BURJIT_REQUIRE_MLIR=1 but {e}")
         pytest.skip(str(e))
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_pyfunc_call(pyfuncitem):
-    """A test on the mlir backend that meets a node mlir.py does not emit yet skips, saying which
-    (loops, scalar regions, collectives: issue #16); any other failure stays a failure."""
-    outcome = yield
-    from burjit.codegen.mlir import Unsupported
-    if "mlir" in pyfuncitem.name and outcome.excinfo and issubclass(outcome.excinfo[0], Unsupported):
-        outcome.force_exception(pytest.skip.Exception(f"mlir backend: {outcome.excinfo[1]}"))

@@ -13,6 +13,7 @@ refuses an index) while the others wait in an allreduce; abort_on_error must end
 that rank's message.
 """
 
+import os
 import sys
 
 import numpy as np
@@ -121,7 +122,7 @@ def in_step(r, n):
         return s, dist.pmean(x)
     x, y = np.arange(6.0).reshape(2, 3) + r, np.arange(3, dtype=np.int64) * (r + 1)
     step = burjit.compile(f)
-    for backend in ("native", "reference"):
+    for backend in ("native", "reference") + (("mlir",) if _mlir_tools() and staged.mode() == "native" else ()):
         s, m = burjit.compile(f, backend=backend)(x, y)
         base = np.arange(6.0).reshape(2, 3)
         assert np.array_equal(s["a"], 2 * (n * base + n * (n - 1) / 2)) and s["b"].dtype == np.int64, (backend, s)
@@ -132,6 +133,10 @@ def in_step(r, n):
     looped = burjit.compile(lambda v: burjit.fori_loop(0, 3, lambda i, c: dist.psum(c) / n + 1.0, v))
     if staged.mode() == "native":
         assert looped(np.full(2, float(r))).tolist() == [(n - 1) / 2 + 3.0] * 2
+        if _mlir_tools():
+            on_mlir = burjit.compile(lambda v: burjit.fori_loop(0, 3, lambda i, c: dist.psum(c) / n + 1.0, v),
+                                     backend="mlir")
+            assert on_mlir(np.full(2, float(r))).tolist() == [(n - 1) / 2 + 3.0] * 2
     else:
         _refused(lambda: looped(np.full(2, float(r))), "inside a loop needs the native collective")
         plan = step.lower(x, y).executable.plan
@@ -139,6 +144,17 @@ def in_step(r, n):
         assert kinds == ["stage", "allreduce", "allreduce", "allreduce", "stage"], kinds
     _refused(lambda: burjit.compile(burjit.grad(lambda x: dist.pmean(burjit.ops.sum(x * x))))(np.ones(2)),
              "pmean the gradients")
+
+
+def _mlir_tools():
+    """Whether the mlir backend can run here (CI requires it: $BURJIT_REQUIRE_MLIR=1)."""
+    from burjit.codegen import mlir_backend
+    try:
+        return bool(mlir_backend.tools())
+    except mlir_backend.MissingTools:
+        if os.environ.get("BURJIT_REQUIRE_MLIR") == "1":
+            raise
+        return False
 
 
 def _refused(call, says):

@@ -6,6 +6,7 @@ import pytest
 
 import burjit
 from burjit import ops as F
+from conftest import need_mlir_tools
 
 TIERS = ("straight", "tape")
 
@@ -102,13 +103,17 @@ def test_an_epoch_of_training_steps_in_one_call_matches_one_call_per_step(backen
     assert losses[-1] < losses[0]
 
 
-def test_an_index_out_of_range_in_a_body_raises_and_changes_no_parameter():
+@pytest.mark.parametrize("backend", ["native", "mlir"])
+def test_an_index_out_of_range_in_a_body_raises_and_changes_no_parameter(backend):
+    if backend == "mlir":
+        need_mlir_tools()
+
     def f(p, idx):
         def body(p, i):
             row = F.take(p["table"], i)
             return {"table": p["table"] * 0.5, "acc": p["acc"] + row}, F.sum(row)
         return burjit.scan(body, p, idx)
-    step = burjit.compile(f, donate_argnums=0)
+    step = burjit.compile(f, donate_argnums=0, backend=backend)
     p = {"table": np.arange(6.0).reshape(3, 2), "acc": np.zeros(2)}
     before = {k: v.copy() for k, v in p.items()}
     good, _ = step(p, np.array([0, 2, 1]))
@@ -484,12 +489,14 @@ EDGES = {
 }
 
 
-@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("tier", TIERS + ("mlir",))
 @pytest.mark.parametrize("case", sorted(EDGES))
 def test_edge_cases_match_the_reference(case, tier):
     fn, args = EDGES[case]
     expected = burjit.compile(fn, backend="reference")(*args)
-    got = burjit.compile(fn, tier=tier)(*args)
+    if tier == "mlir":
+        need_mlir_tools()
+    got = burjit.compile(fn, **({"backend": "mlir"} if tier == "mlir" else {"tier": tier}))(*args)
     for a, b in zip(_leaves(got), _leaves(expected), strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)

@@ -70,3 +70,43 @@ def test_missing_tools_say_how_to_install_them(tmp_path, monkeypatch):
     monkeypatch.setenv("BURJIT_MLIR_TOOLS", str(tmp_path))
     with pytest.raises(mlir_backend.MissingTools, match="apt-get install mlir-19-tools"):
         burjit.compile(lambda x: x + 1.0, backend="mlir")(np.ones(2))
+
+
+def test_loops_are_functions_called_from_scf_and_verify():
+    def f(w, xs, n):
+        c, ys = burjit.scan(lambda c, x: (F.tanh(c * w + x), F.sum(c)), w * 0.0, xs, reverse=True)
+        k, v = burjit.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1, s[1] * 0.5), (np.int64(0), c))
+        return v, ys, k  # the while loop's carry mixes int64 and float64: a packed vector, bitcast
+    compiled = burjit.compile(f)
+    args = (np.linspace(0.1, 0.3, 3), np.arange(12.0).reshape(4, 3) / 10, np.int64(3))
+    compiled(*args)
+    text = compiled.mlir()
+    mlir_backend.run_tool(mlir_backend.tools()[0], ["--verify-diagnostics"], text)
+    assert text.count("func.func private @step_loop") == 2 and "scf.for" in text and "scf.while" in text
+    _agree(f, args)
+
+
+def test_a_bad_index_ends_a_while_loop_that_clamping_would_keep_running():
+    # row 0 (where a bad index reads) adds nothing: without the status check the loop never ends
+    step = burjit.compile(lambda t, i: burjit.while_loop(lambda c: c < 3.0, lambda c: c + F.take(t, i), 0.0),
+                          backend="mlir")
+    t = np.array([0.0, 1.0])
+    assert float(step(t, np.int64(1))) == 3.0
+    with pytest.raises(IndexError, match=r"out of range for an axis of size 2.*in the loop at .*test_mlir.py"):
+        step(t, np.int64(7))
+
+
+def test_a_tape_tier_steps_scalar_region_is_emitted_as_straight_line_code_that_verifies():
+    def f(x):
+        s = x[0]
+        for i in range(2100):  # 4,200 scalar ops: past REGION_OPS, one region node on the tape tier
+            s = F.tanh(s * x[1] + x[2]) if i % 7 == 0 else s * 0.999 + x[i % 3]
+        return s
+    compiled = burjit.compile(f, tier="tape")
+    x = np.array([0.3, 0.2, 0.1])
+    compiled(x)
+    graph = compiled.graph(x)
+    assert [graph[n]["op"] for n in graph.nx.nodes].count("region") == 1
+    text = compiled.mlir()
+    mlir_backend.run_tool(mlir_backend.tools()[0], ["--verify-diagnostics"], text)
+    assert text.count("math.tanh") == 300 and "test_mlir.py" in text
