@@ -32,7 +32,10 @@ def sweeps(dtype):
             "softplus": (F.softplus, lambda x: np.logaddexp(x.dtype.type(0), x), _dense(dtype, -under, 50.0)),
             "log1p": (F.log1p, np.log1p, near_minus_one[near_minus_one > -1]),
             "exp": (F.exp, np.exp, _dense(dtype, -big, big)),
-            "log": (F.log, np.log, np.abs(_dense(dtype, -1e30, 1e30)))}
+            "log": (F.log, np.log, np.abs(_dense(dtype, -1e30, 1e30))),
+            "expm1": (F.expm1, np.expm1, np.concatenate([_dense(dtype, -big, big), small, -small])),
+            "cos": (F.cos, np.cos, _dense(dtype, -1e4, 1e4)),  # libm's; schedules take cos of [0, pi]
+            "sin": (F.sin, np.sin, _dense(dtype, -1e4, 1e4))}
 
 
 def max_ulps(dtype):

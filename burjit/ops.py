@@ -17,7 +17,7 @@ from .tracer import Tracer, bind, describe, lift, check_dtype, user_src
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "power", "negative", "abs", "sign", "exp", "log", "log1p",
-    "tanh", "sqrt", "square", "sigmoid", "relu", "gelu", "softplus", "maximum", "minimum", "where",
+    "expm1", "cos", "sin", "tanh", "sqrt", "square", "sigmoid", "relu", "gelu", "softplus", "maximum", "minimum", "where",
     "less", "less_equal", "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or",
     "logical_not", "matmul", "sum", "mean", "max", "min", "softmax", "log_softmax", "logsumexp", "take",
     "embedding", "concatenate", "broadcast_to", "transpose", "reshape", "one_hot", "cross_entropy",
@@ -115,6 +115,9 @@ def sign(x): return _elementwise("sign", x)
 def exp(x): return _elementwise("exp", x)
 def log(x): return _elementwise("log", x)
 def log1p(x): return _elementwise("log1p", x)
+def expm1(x): return _elementwise("expm1", x)
+def cos(x): return _elementwise("cos", x)
+def sin(x): return _elementwise("sin", x)
 def tanh(x): return _elementwise("tanh", x)
 def sqrt(x): return _elementwise("sqrt", x)
 def sigmoid(x): return _elementwise("sigmoid", x)

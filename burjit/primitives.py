@@ -13,7 +13,7 @@ A primitive has
           whether operand i wants a cotangent; None for non-differentiable primitives.
   scalar  for elementwise primitives, the per-element lowering (e, *values, **attrs), written
           against a scalar emitter `e` that a backend supplies (see codegen). Emitter methods:
-          add sub mul div neg exp log log1p sqrt tanh abs pow max min (numeric, same type operands),
+          add sub mul div neg exp log log1p sqrt tanh cos sin abs pow max min (numeric, same type operands),
           cmp(pred, a, b) with pred in < <= > >= == !=, select(c, a, b), and_ or_ not_ (bool),
           cast(a, dtype), const(value, like) (a constant of the type of `like`).
 
@@ -116,6 +116,14 @@ elementwise("log", np.log, lambda e, x: e.log(x),
             lambda F, g, out, xs, needs, a: [g / xs[0]])
 elementwise("log1p", np.log1p, lambda e, x: e.log1p(x),
             lambda F, g, out, xs, needs, a: [g / (1.0 + xs[0])])
+# expm1 by Kahan's identity, (u - 1) * x / log(u) with u = exp(x): the rounding errors of u - 1 and
+# log(u) cancel, so it keeps its few-ulp accuracy near 0 from exp and log alone (no third polynomial).
+elementwise("expm1", np.expm1, lambda e, x: _expm1(e, x),
+            lambda F, g, out, xs, needs, a: [g * (out + 1.0)])
+elementwise("cos", np.cos, lambda e, x: e.cos(x),
+            lambda F, g, out, xs, needs, a: [-g * F.sin(xs[0])])
+elementwise("sin", np.sin, lambda e, x: e.sin(x),
+            lambda F, g, out, xs, needs, a: [g * F.cos(xs[0])])
 elementwise("tanh", np.tanh, lambda e, x: e.tanh(x),
             lambda F, g, out, xs, needs, a: [g * (1.0 - out * out)])
 elementwise("sqrt", np.sqrt, lambda e, x: e.sqrt(x),
@@ -156,6 +164,15 @@ elementwise("minimum", np.minimum, lambda e, x, y: e.min(x, y),
             lambda F, g, out, xs, needs, a: _minmax(F, g, xs[0] < xs[1]), _same_numeric)
 
 
+def _expm1(e, x):
+    """u == 1: x itself (|x| below half an ulp of 1); u - 1 == -1: -1; u infinite: u."""
+    u = e.exp(x)
+    um1 = e.sub(u, e.const(1, x))
+    kahan = e.mul(um1, e.div(x, e.log(u)))  # x / log(u) ~ 1 first: (u - 1) * x overflows near the top
+    inner = e.select(e.cmp("==", um1, e.const(-1, x)), um1, e.select(e.cmp("==", u, e.const(np.inf, x)), u, kahan))
+    return e.select(e.cmp("==", u, e.const(1, x)), x, inner)
+
+
 def _pow_base(F, g, x, y):
     """y x^(y-1), but 0 where y == 0 (as jax and torch): x^0 is constant even at x = 0."""
     return g * F.where(y == 0.0, F.zeros_like(y), y * x ** (y - 1.0))
@@ -190,7 +207,7 @@ elementwise("id", np.copy, lambda e, x: x, lambda F, g, out, xs, needs, a: [g], 
 elementwise("stop_gradient", np.copy, lambda e, x: x, lambda F, g, out, xs, needs, a: [None],
             _identity_dtype)
 
-ELEMENTWISE_FLOAT_ONLY = {"exp", "log", "log1p", "tanh", "sqrt", "sigmoid", "softplus", "div", "pow"}
+ELEMENTWISE_FLOAT_ONLY = {"exp", "expm1", "log", "log1p", "cos", "sin", "tanh", "sqrt", "sigmoid", "softplus", "div", "pow"}
 
 
 # -- sources ----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A value's LLVM type says its dtype (float/double, i32/i64, i1 for bool), so methods need no
 dtype arguments. exp/log/log1p/tanh come from mathfns (branch-free polynomials, so loops over them
-still vectorise); sqrt/max/min/pow use LLVM intrinsics. Float arithmetic carries no fast-math
+still vectorise); sqrt/cos/sin/max/min/pow use LLVM intrinsics. Float arithmetic carries no fast-math
 flags: no FMA contraction (`a*a - b*b` with a == b must be 0, as in numpy, jax and torch) and no
 reassociation, so each op rounds as numpy's does. Only reductions (program.py) and matmul reassociate.
 """
@@ -52,6 +52,12 @@ class Emitter:
 
     def sqrt(self, x):
         return self.call("llvm.sqrt", x)
+
+    def cos(self, x):  # libm's, so a loop over cos does not vectorise (schedules, not hot loops)
+        return self.call("llvm.cos", x)
+
+    def sin(self, x):
+        return self.call("llvm.sin", x)
 
     def exp(self, x):
         return self._math(mathfns.exp, x)

@@ -119,6 +119,12 @@ class Scalar:
     def tanh(self, x):
         return self._math("tanh", x)
 
+    def cos(self, x):
+        return self._math("cos", x)
+
+    def sin(self, x):
+        return self._math("sin", x)
+
     def pow(self, x, y):
         return self.op(f"math.powf {x}, {y} : {x.type}", x.type)
 

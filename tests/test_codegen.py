@@ -62,7 +62,7 @@ def _data(dtype, shape, seed=0, lo=-2.0, hi=2.0):
 UNARY = {"neg": F.negative, "abs": F.abs, "sign": F.sign, "exp": F.exp, "tanh": F.tanh, "sigmoid": F.sigmoid,
          "log": lambda x: F.log(F.abs(x) + 0.1), "log1p": lambda x: F.log1p(F.abs(x) - 0.9),
          "sqrt": lambda x: F.sqrt(F.abs(x)), "square": F.square, "relu": F.relu, "gelu": F.gelu,
-         "softplus": F.softplus}
+         "softplus": F.softplus, "expm1": F.expm1, "cos": F.cos, "sin": F.sin}
 BINARY = {"add": F.add, "sub": F.subtract, "mul": F.multiply, "div": lambda x, y: x / (F.abs(y) + 0.5),
           "pow": lambda x, y: F.power(F.abs(x) + 0.1, y), "pow2": lambda x, y: x ** 2.0, "max": F.maximum,
           "min": F.minimum, "lt": F.less, "le": F.less_equal, "gt": F.greater, "ge": F.greater_equal,
@@ -115,8 +115,8 @@ def test_elementwise_int_ops_and_converts(dtype):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_math_functions_at_special_and_extreme_arguments(dtype):
-    """exp/log/log1p/tanh/softplus are our own polynomials: check the whole range, with numpy's
-    inf/nan/0 results."""
+    """exp/log/log1p/tanh/softplus are our own polynomials (expm1 is built on exp and log): check
+    the whole range, with numpy's inf/nan/0 results."""
     tiny = np.finfo(dtype).tiny
     wide = np.concatenate([np.linspace(-50, 50, 2001), np.geomspace(1e-30, 1e3, 500), -np.geomspace(1e-30, 1e3, 500)])
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 700.0, 709.7, 710.0, -740.0, -745.0,
@@ -126,9 +126,9 @@ def test_math_functions_at_special_and_extreme_arguments(dtype):
     pos = pos.astype(dtype)
     with np.errstate(all="ignore"):
         want = {"exp": np.exp(x), "tanh": np.tanh(x), "log": np.log(pos), "log1p": np.log1p(x),
-                "softplus": np.logaddexp(0, x)}
+                "softplus": np.logaddexp(0, x), "expm1": np.expm1(x)}
     got = burjit.compile(lambda x, p: {"exp": F.exp(x), "tanh": F.tanh(x), "log": F.log(p), "log1p": F.log1p(x),
-                                       "softplus": F.softplus(x)})(x, pos)
+                                       "softplus": F.softplus(x), "expm1": F.expm1(x)})(x, pos)
     ulp = {"float64": 4e-16, "float32": 2.4e-7}[dtype]
     for k in want:
         w, g = want[k], got[k]
@@ -138,10 +138,11 @@ def test_math_functions_at_special_and_extreme_arguments(dtype):
         denorm = np.abs(w) < np.finfo(dtype).tiny  # subnormal results: absolute, not relative, accuracy
         np.testing.assert_allclose(g[ok & ~denorm], w[ok & ~denorm], rtol=8 * ulp, atol=0, err_msg=k)
         np.testing.assert_allclose(g[ok & denorm], w[ok & denorm], rtol=0, atol=2 * float(np.finfo(dtype).smallest_subnormal), err_msg=k)
-    np.testing.assert_array_equal(np.signbit(got["log1p"]), np.signbit(want["log1p"]))  # also log1p(-0) = -0
+    for k in ("log1p", "expm1"):  # also log1p(-0) = expm1(-0) = -0
+        np.testing.assert_array_equal(np.signbit(got[k]), np.signbit(want[k]), err_msg=k)
 
 
-ULP_BOUNDS = {"tanh": 2.0, "softplus": 4.0, "log1p": 4.0, "exp": 1.5, "log": 2.5}
+ULP_BOUNDS = {"tanh": 2.0, "softplus": 4.0, "log1p": 4.0, "exp": 1.5, "log": 2.5, "expm1": 4.0, "cos": 1.0, "sin": 1.0}
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

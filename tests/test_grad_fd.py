@@ -35,7 +35,8 @@ UNARY = {
     "square": (F.square, np.square), "sigmoid": (F.sigmoid, lambda x: 1 / (1 + np.exp(-x))),
     "gelu": (F.gelu, _np_gelu), "softplus": (F.softplus, lambda x: np.log1p(np.exp(x))),
     "abs": (F.abs, np.abs), "relu": (F.relu, lambda x: np.maximum(x, 0)),
-    "log": (F.log, np.log), "log1p": (F.log1p, np.log1p),
+    "log": (F.log, np.log), "log1p": (F.log1p, np.log1p), "expm1": (F.expm1, np.expm1),
+    "cos": (F.cos, np.cos), "sin": (F.sin, np.sin),
     "sqrt": (F.sqrt, np.sqrt), "rpow": (lambda x: 2.0 ** x, lambda x: 2.0 ** x),
     "pow3": (lambda x: x ** 3, lambda x: x ** 3), "scale": (lambda x: 3.0 * x - x / 4.0 + 1, lambda x: 3.0 * x - x / 4.0 + 1),
     "sum": (lambda x: F.sum(x), lambda x: np.sum(x)), "mean": (F.mean, np.mean),
@@ -179,7 +180,7 @@ def test_every_differentiable_primitive_is_covered():
     covered = {"neg", "exp", "log", "tanh", "sqrt", "abs", "sigmoid", "add", "sub", "mul", "div", "pow",
                "maximum", "minimum", "where", "convert", "id", "reduce_sum", "reduce_max", "broadcast_to",
                "reshape", "transpose", "slice", "pad", "concatenate", "take", "matmul", "stop_gradient",
-               "sign", "scatter_add", "softplus", "log1p",
+               "sign", "scatter_add", "softplus", "log1p", "expm1", "cos", "sin",
                "region",  # tests/test_region.py: finite differences through closed scalar regions
                "loop", "bitcast",  # their vjps refuse clearly for now (tests/test_loops.py)
                "allreduce"}  # refuses, naming the user's line (tests/mpi_program.py in_step)
