@@ -17,9 +17,11 @@ from .tracer import Tracer, bind, describe, lift, check_dtype, user_src
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "power", "negative", "abs", "sign", "exp", "log", "log1p",
-    "expm1", "cos", "sin", "tanh", "sqrt", "square", "sigmoid", "relu", "gelu", "softplus", "maximum", "minimum", "where",
+    "expm1", "cos", "sin", "tanh", "sqrt", "square", "sigmoid", "relu", "gelu", "softplus", "maximum", "minimum",
+    "where",
     "less", "less_equal", "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or",
-    "logical_not", "matmul", "sum", "mean", "max", "min", "softmax", "log_softmax", "logsumexp", "take",
+    "logical_not", "matmul", "sum", "mean", "max", "min", "argmax", "argmin", "var", "std", "cumsum", "clip",
+    "layer_norm", "rms_norm", "softmax", "log_softmax", "logsumexp", "take",
     "embedding", "concatenate", "broadcast_to", "transpose", "reshape", "one_hot", "cross_entropy",
     "mse", "astype", "zeros_like", "ones_like", "stop_gradient", "arange", "getitem", "bind",
 ]
@@ -205,12 +207,101 @@ def max(x, axis=None, keepdims=False):
     axes = _axes(x, axis)
     if any(x.shape[a] == 0 for a in axes):
         raise ShapeError(f"{describe(user_src())}\n  max of an empty axis (shape {x.shape})")
+    if x.dtype == "bool":  # any(), as numpy's max of bools
+        return astype(max(astype(x, "int32"), axis, keepdims), "bool")
     r = bind("reduce_max", [x], axes=axes) if axes else x
     return _keepdims(x, r, axes, keepdims)
 
 
+def _flip(x):
+    """An order-reversing involution: -x for floats, ~x = -x - 1 for ints (-x wraps at the most
+    negative int, ~x does not: two's-complement arithmetic wraps to exactly ~x), not for bools."""
+    if x.dtype == "bool":
+        return logical_not(x)
+    return negative(x) if x.dtype in P.FLOATS else negative(x) - 1
+
+
 def min(x, axis=None, keepdims=False):
-    return negative(max(negative(x), axis, keepdims))
+    x = lift(x)
+    return _flip(max(_flip(x), axis, keepdims))
+
+
+def argmax(x, axis=None):
+    """numpy.argmax (int64): the first index of the max, or of the first NaN. axis=None: of the
+    flattened values. Built from max and a min over indices, so it has no gradient (none exists)."""
+    x = stop_gradient(lift(x))
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    (axis,) = _axes(x, axis)
+    m = max(x, axis, keepdims=True)  # raises for an empty axis, as numpy does
+    hit = logical_or(equal(x, m), not_equal(x, x))  # x != x: a NaN, which max propagates
+    idx = bind("iota", [], shape=x.shape, axis=axis, dtype="int64")
+    return min(where(hit, idx, x.shape[axis]), axis)
+
+
+def argmin(x, axis=None):
+    """numpy.argmin: the argmax of x with its order reversed."""
+    return argmax(_flip(lift(x)), axis)
+
+
+def clip(x, lo=None, hi=None):
+    """numpy.clip: minimum(maximum(x, lo), hi); either bound may be None. Where x equals a bound
+    the gradient goes to x (maximum's and minimum's rule for ties)."""
+    x = lift(x)
+    if lo is None and hi is None:
+        raise ValueError(f"{describe(user_src())}\n  clip needs lo or hi")
+    x = x if lo is None else maximum(x, lo)
+    return x if hi is None else minimum(x, hi)
+
+
+def var(x, axis=None, ddof=0, keepdims=False):
+    """numpy.var: the mean squared deviation, divided by n - ddof instead of n (two passes, so no
+    cancellation between E[x^2] and E[x]^2)."""
+    (x,) = _promote([lift(x)], floating=True)
+    n = int(np.prod([x.shape[a] for a in _axes(x, axis)], dtype=np.int64))
+    d = x - mean(x, axis, keepdims=True)
+    return sum(d * d, axis, keepdims) * (1.0 / (n - ddof) if n > ddof else math.nan)
+
+
+def std(x, axis=None, ddof=0, keepdims=False):
+    return sqrt(var(x, axis, ddof, keepdims))
+
+
+def cumsum(x, axis=None):
+    """numpy.cumsum by log2(n) doubling steps, y += y shifted by 1, 2, 4, ... along the axis
+    (slice + pad, so it vectorises and its gradient is the reversed cumsum). Exact for integers;
+    for floats each output adds the same terms as numpy's running sum in another order."""
+    x = lift(x)
+    if x.dtype == "bool":
+        x = astype(x, "int64")
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    (axis,) = _axes(x, axis)
+    n, k, zero = x.shape[axis], 1, (0,) * x.ndim
+    while k < n:
+        kept = tuple(n - k if i == axis else s for i, s in enumerate(x.shape))
+        head = bind("slice", [x], starts=zero, steps=(1,) * x.ndim, shape=kept)
+        shifted = bind("pad", [head], starts=tuple(k if i == axis else 0 for i in range(x.ndim)),
+                       steps=(1,) * x.ndim, shape=x.shape)
+        x, k = x + shifted, 2 * k
+    return x
+
+
+def layer_norm(x, g=None, b=None, eps=1e-5, axis=-1):
+    """(x - mean) / sqrt(var + eps) over `axis` (the last by default), times g plus b (torch's
+    F.layer_norm over one axis, biased variance)."""
+    (x,) = _promote([lift(x)], floating=True)
+    d = x - mean(x, axis, keepdims=True)
+    y = d / sqrt(mean(d * d, axis, keepdims=True) + eps)
+    y = y if g is None else y * g
+    return y if b is None else y + b
+
+
+def rms_norm(x, g=None, eps=1e-6, axis=-1):
+    """x / sqrt(mean(x^2) + eps) over `axis`, times g (Zhang & Sennrich; LLaMA's norm)."""
+    (x,) = _promote([lift(x)], floating=True)
+    y = x / sqrt(mean(x * x, axis, keepdims=True) + eps)
+    return y if g is None else y * g
 
 
 def _shift(x, axis):
