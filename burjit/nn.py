@@ -22,11 +22,16 @@ from . import pytree
 from .ops import cross_entropy, mse
 
 __all__ = ["Linear", "Embedding", "LayerNorm", "CausalSelfAttention", "MLP", "Block", "GPT",
-           "cross_entropy", "mse", "save", "load", "load_meta"]
+           "cross_entropy", "mse", "save", "load", "load_meta", "state_dict", "count_params", "from_torch"]
 
 
 def _rng(seed):
     return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+def _under(prefix, path, layer):
+    """A sub-layer's torch names (see from_torch), its paths under `path`, its names under `prefix`."""
+    return {path + p: (f"{prefix}.{name}", t) for p, (name, t) in layer.torch_names().items()}
 
 
 class Linear:
@@ -42,6 +47,11 @@ class Linear:
             p["b"] = np.zeros(self.n_out, self.dtype)
         return p
 
+    def torch_names(self):
+        """Each leaf's key path -> (its name in torch.nn.Linear's state_dict, stored transposed?):
+        torch keeps weight as (n_out, n_in)."""
+        return {("w",): ("weight", True), **({("b",): ("bias", False)} if self.bias else {})}
+
     def __call__(self, p, x):
         y = x @ p["w"]
         return y + p["b"] if self.bias else y
@@ -56,6 +66,9 @@ class Embedding:
     def init(self, seed):
         return {"w": (_rng(seed).standard_normal((self.num, self.dim)) * self.std).astype(self.dtype)}
 
+    def torch_names(self):
+        return {("w",): ("weight", False)}
+
     def __call__(self, p, idx):
         return F.embedding(p["w"], idx)
 
@@ -69,11 +82,11 @@ class LayerNorm:
     def init(self, seed=None):
         return {"g": np.ones(self.dim, self.dtype), "b": np.zeros(self.dim, self.dtype)}
 
+    def torch_names(self):
+        return {("g",): ("weight", False), ("b",): ("bias", False)}
+
     def __call__(self, p, x):
-        mu = F.mean(x, -1, keepdims=True)
-        d = x - mu
-        var = F.mean(d * d, -1, keepdims=True)
-        return d / F.sqrt(var + self.eps) * p["g"] + p["b"]
+        return F.layer_norm(x, p["g"], p["b"], self.eps)
 
 
 class CausalSelfAttention:
@@ -93,6 +106,9 @@ class CausalSelfAttention:
     def init(self, seed):
         rng = _rng(seed)
         return {"qkv": self.qkv.init(rng), "proj": self.proj.init(rng)}
+
+    def torch_names(self):  # nanoGPT's CausalSelfAttention
+        return {**_under("c_attn", ("qkv",), self.qkv), **_under("c_proj", ("proj",), self.proj)}
 
     def __call__(self, p, x):
         B, T, C = x.shape
@@ -126,6 +142,9 @@ class MLP:
         rng = _rng(seed)
         return {"fc": self.fc.init(rng), "proj": self.proj.init(rng)}
 
+    def torch_names(self):
+        return {**_under("c_fc", ("fc",), self.fc), **_under("c_proj", ("proj",), self.proj)}
+
     def __call__(self, p, x):
         return self.proj(p["proj"], self.act(self.fc(p["fc"], x)))
 
@@ -142,6 +161,10 @@ class Block:
         rng = _rng(seed)
         return {"ln1": self.ln1.init(), "attn": self.attn.init(rng), "ln2": self.ln2.init(),
                 "mlp": self.mlp.init(rng)}
+
+    def torch_names(self):
+        return {**_under("ln_1", ("ln1",), self.ln1), **_under("attn", ("attn",), self.attn),
+                **_under("ln_2", ("ln2",), self.ln2), **_under("mlp", ("mlp",), self.mlp)}
 
     def __call__(self, p, x):
         x = x + self.attn(p["attn"], self.ln1(p["ln1"], x))
@@ -176,6 +199,12 @@ class GPT:
                 "blocks": [b.init(rng) for b in self.blocks], "ln_f": self.ln_f.init(),
                 "head": self.head.init(rng)}
 
+    def torch_names(self):
+        """nanoGPT's names (transformer.h.0.attn.c_attn.weight, ..., lm_head.weight)."""
+        blocks = {k: v for i, b in enumerate(self.blocks) for k, v in _under(f"transformer.h.{i}", ("blocks", i), b).items()}
+        return {**_under("transformer.wte", ("wte",), self.wte), **_under("transformer.wpe", ("wpe",), self.wpe),
+                **blocks, **_under("transformer.ln_f", ("ln_f",), self.ln_f), **_under("lm_head", ("head",), self.head)}
+
     def __call__(self, p, idx):
         """Logits (B, T, vocab_size) for integer tokens idx of shape (B, T), T <= block_size."""
         T = idx.shape[-1]
@@ -196,8 +225,8 @@ class GPT:
 _META = "__meta__"  # the entry that holds save's `meta`
 
 
-def _named_leaves(tree):
-    """(name, leaf) pairs in flatten order, a name being the leaf's key path joined by '/'
+def _named_leaves(tree, sep="/"):
+    """(name, leaf) pairs in flatten order, a name being the leaf's key path joined by `sep`
     ('blocks/0/attn/qkv/w'). Keys that could make two leaves share a name are refused, so a
     checkpoint never hands one leaf's array to another."""
     leaves, treedef = pytree.flatten(tree)
@@ -205,18 +234,56 @@ def _named_leaves(tree):
     for path, leaf in zip(pytree.leaf_paths(treedef), leaves):
         for k in path:
             if not isinstance(k, (str, int)):
-                raise ValueError(f"cannot name the leaf at {list(path)} in a checkpoint: key {k!r} is a "
+                raise ValueError(f"cannot name the leaf at {list(path)}: key {k!r} is a "
                                  f"{type(k).__name__}; keys must be str or int")
-            if "/" in str(k) or "\0" in str(k):
-                raise ValueError(f"cannot name the leaf at {list(path)} in a checkpoint: key {k!r} contains "
-                                 "'/' (the path separator) or NUL")
-        name = "/".join(map(str, path))
+            if sep in str(k) or "\0" in str(k):
+                raise ValueError(f"cannot name the leaf at {list(path)}: key {k!r} contains "
+                                 f"{sep!r} (the path separator) or NUL")
+        name = sep.join(map(str, path))
         if name in owners or name == _META:
             other = "the metadata" if name == _META else f"the leaf at {list(owners[name])}"
             raise ValueError(f"the leaf at {list(path)} and {other} would both be stored as {name!r}")
         owners[name] = path
         named.append((name, leaf))
     return named
+
+
+def state_dict(params):
+    """{dotted name: array} in flatten order, as torch's state_dict names them ('blocks.0.attn.qkv.w')."""
+    return dict(_named_leaves(params, "."))
+
+
+def count_params(params):
+    """The number of scalars in a parameter tree."""
+    return int(sum(np.size(leaf) for leaf in pytree.flatten(params)[0]))
+
+
+def from_torch(model, torch_state_dict, strict=True):
+    """Parameters for `model` (Linear, Embedding, LayerNorm, ..., GPT) from the state_dict of the
+    equivalent torch model (torch.nn.Linear etc.; nanoGPT's names for GPT), in the model's dtype.
+
+    Every parameter must be there with its shape (Linear weights come transposed: torch stores
+    (n_out, n_in)). strict: no other entries either (nanoGPT's causal-mask buffers `attn.bias`,
+    say; pass strict=False to ignore them). Tensors or numpy arrays; torch is not imported.
+    """
+    names = model.torch_names()
+    sd = {k: np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v) for k, v in torch_state_dict.items()}
+    missing = sorted(name for name, _ in names.values() if name not in sd)
+    unexpected = sorted(set(sd) - {name for name, _ in names.values()}) if strict else []
+    if missing or unexpected:
+        raise ValueError(f"the state dict does not match {type(model).__name__}: missing {missing}, "
+                         f"unexpected {unexpected}")
+    like = model.init(0)
+    leaves, treedef = pytree.flatten(like)
+    out = []
+    for path, leaf in zip(pytree.leaf_paths(treedef), leaves):
+        name, transposed = names[path]
+        a = sd[name].T if transposed else sd[name]
+        if a.shape != leaf.shape:
+            raise ValueError(f"{name} is {sd[name].shape}; {type(model).__name__} wants "
+                             f"{leaf.shape[::-1] if transposed else leaf.shape}")
+        out.append(np.ascontiguousarray(a, dtype=leaf.dtype))
+    return pytree.unflatten(treedef, out)
 
 
 def save(path, tree, meta=None):

@@ -272,3 +272,100 @@ def test_load_fails_clearly_on_missing_and_corrupt_files(tmp_path):
     for name in ("cut", "junk", "odd"):
         with pytest.raises(ValueError, match="is not a checkpoint written by burjit.nn.save"):
             nn.load(tmp_path / name, like=like)
+
+
+# -- names, sizes and torch state dicts -------------------------------------------------------
+
+def test_state_dict_names_and_count_params():
+    model = nn.GPT(11, 4, n_layer=2, n_head=2, d_model=8)
+    params = model.init(0)
+    sd = nn.state_dict(params)
+    assert list(sd)[:2] == ["blocks.0.attn.proj.b", "blocks.0.attn.proj.w"]  # flatten order: sorted keys
+    assert {"wte.w", "wpe.w", "blocks.1.ln1.g", "blocks.1.attn.qkv.b", "ln_f.b", "head.w"} <= set(sd)
+    assert all(sd[name] is leaf for name, leaf in zip(sd, burjit.pytree.flatten(params)[0]))
+    # embeddings, then per block: 2 LayerNorms, qkv and proj with biases, fc and proj with biases
+    d, per_block = 8, 2 * 16 + (8 * 24 + 24) + (8 * 8 + 8) + (8 * 32 + 32) + (32 * 8 + 8)
+    assert nn.count_params(params) == 11 * d + 4 * d + 2 * per_block + 2 * d + d * 11
+    with pytest.raises(ValueError, match="contains '.'"):
+        nn.state_dict({"a.b": np.zeros(1)})
+
+
+def _torch_gpt(torch, vocab, block, n_layer, n_head, d):
+    """nanoGPT's module tree (names and layouts), GELU with the tanh approximation as burjit's."""
+    tnn = torch.nn
+
+    class Attention(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn, self.c_proj = tnn.Linear(d, 3 * d), tnn.Linear(d, d)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in self.c_attn(x).split(d, dim=2))
+            att = (q @ k.transpose(-2, -1)) / (C // n_head) ** 0.5
+            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).tril().logical_not(), float("-inf"))
+            return self.c_proj((att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+    class Block(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.attn, self.ln_2 = tnn.LayerNorm(d), Attention(), tnn.LayerNorm(d)
+            self.mlp = tnn.Module()
+            self.mlp.c_fc, self.mlp.c_proj = tnn.Linear(d, 4 * d), tnn.Linear(4 * d, d)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp.c_proj(tnn.functional.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transformer = tnn.ModuleDict(dict(wte=tnn.Embedding(vocab, d), wpe=tnn.Embedding(block, d),
+                                                   h=tnn.ModuleList(Block() for _ in range(n_layer)),
+                                                   ln_f=tnn.LayerNorm(d)))
+            self.lm_head = tnn.Linear(d, vocab, bias=False)
+
+        def forward(self, idx):
+            t = self.transformer
+            x = t.wte(idx) + t.wpe(torch.arange(idx.shape[1]))
+            for b in t.h:
+                x = b(x)
+            return self.lm_head(t.ln_f(x))
+
+    torch.manual_seed(0)
+    return GPT().double()
+
+
+def test_from_torch_gpt_gives_torch_logits():
+    torch = pytest.importorskip("torch")
+    tm = _torch_gpt(torch, 13, 6, 2, 2, 8)
+    with torch.no_grad():  # LayerNorm starts at (1, 0): move it, so a swapped weight/bias would show
+        for m in tm.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.uniform_(0.5, 1.5), m.bias.uniform_(-0.5, 0.5)
+    model = nn.GPT(13, 6, n_layer=2, n_head=2, d_model=8, dtype="float64")
+    params = nn.from_torch(model, tm.state_dict())
+    assert nn.count_params(params) == sum(p.numel() for p in tm.parameters())
+    idx = np.random.default_rng(0).integers(0, 13, (3, 6))
+    want = tm(torch.tensor(idx)).detach().numpy()
+    np.testing.assert_allclose(burjit.compile(model)(params, idx), want, rtol=1e-10, atol=1e-12)
+
+
+def test_from_torch_layers_and_errors():
+    torch = pytest.importorskip("torch")
+    lin = torch.nn.Linear(3, 4).double()
+    x = np.random.default_rng(1).standard_normal((2, 3))
+    p = nn.from_torch(nn.Linear(3, 4, dtype="float64"), lin.state_dict())
+    np.testing.assert_allclose(np_linear(p, x), lin(torch.tensor(x)).detach().numpy(), rtol=1e-12)
+    emb = torch.nn.Embedding(5, 2)
+    p = nn.from_torch(nn.Embedding(5, 2), emb.state_dict())
+    assert p["w"].dtype == np.float32 and np.array_equal(p["w"], emb.weight.detach().numpy())
+    with pytest.raises(ValueError, match=r"missing \['bias'\], unexpected \[\]"):
+        nn.from_torch(nn.Linear(3, 4), torch.nn.Linear(3, 4, bias=False).state_dict())
+    with pytest.raises(ValueError, match=r"missing \[\], unexpected \['extra'\]"):
+        nn.from_torch(nn.Embedding(5, 2), {**emb.state_dict(), "extra": torch.zeros(1)})
+    assert nn.from_torch(nn.Embedding(5, 2), {**emb.state_dict(), "extra": torch.zeros(1)}, strict=False)
+    with pytest.raises(ValueError, match=r"weight is \(4, 3\); Linear wants \(3, 4\)"):  # torch's layout
+        nn.from_torch(nn.Linear(4, 3, bias=False), torch.nn.Linear(3, 4, bias=False).state_dict())
+    with pytest.raises(ValueError, match=r"weight is \(5, 2\); Embedding wants \(5, 3\)"):
+        nn.from_torch(nn.Embedding(5, 3), emb.state_dict())
