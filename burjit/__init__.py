@@ -9,6 +9,7 @@ Public API:
     load(path): an exported library as a callable, on ctypes and numpy alone
     ops (also burjit.numpy): numpy-style functions on traced values
     nn, optim: functional layers and optimizers
+    tree: pytree utilities (flatten, map, key paths, register custom nodes)
     distributed: data-parallel training on MPI (mpi4py; `pip install -e ".[mpi]"`)
     TracingError, ShapeError
 
@@ -27,7 +28,7 @@ _HOMES = {"compile": "jit", "register_backend": "jit", "grad": "autodiff", "valu
 
 __all__ = ["compile", "grad", "value_and_grad", "ops", "numpy", "evaluate", "Graph",
            "TracingError", "ShapeError", "register_backend", "nn", "optim", "fori_loop", "scan", "while_loop",
-           "export", "load", "distributed"]
+           "export", "load", "distributed", "tree"]
 
 
 def __getattr__(name):

@@ -1,7 +1,8 @@
 """`@burjit.compile`: the front door. Flatten, look up the cache, trace on a miss, run.
 
-Arguments are pytrees. numpy arrays and numpy scalars are traced inputs; Python bool/int/float
-leaves (and arguments listed in static_argnums) are static: they are baked into the graph
+Arguments are pytrees; keyword arguments are bound to their positions first (the fast path
+hands a keyword call to the general one). numpy arrays and numpy scalars are traced inputs;
+Python bool/int/float leaves (and arguments listed in static_argnums or static_argnames) are static: they are baked into the graph
 and are part of the cache key, by type and bit pattern (so 1, 1.0 and True, or 0.0 and -0.0,
 trace apart, and a NaN hits its own entry). Each compiled function keeps at most
 `cache_size` signatures (default DEFAULT_CACHE_SIZE, or $BURJIT_CACHE_SIZE), dropping the least
@@ -28,6 +29,7 @@ expression the result from the outputs.
 
 import collections
 import functools
+import inspect
 import os
 
 import numpy as np
@@ -81,13 +83,13 @@ class CompiledFunction:
         return object.__new__(own)
 
     def __init__(self, fn, backend=None, static_argnums=(), donate_argnums=(), passes=None, cache_size=None,
-                 tier=None):
+                 tier=None, static_argnames=()):
         functools.update_wrapper(self, fn)
         self.fn = fn
         if backend is not None:
             _lookup_backend(backend)
         self.backend = backend
-        self.static_argnums = _argnums(static_argnums, "static_argnums")
+        self.static_argnums = _argnums(static_argnums, "static_argnums") + self._argnames(static_argnames)
         self.donate_argnums = _argnums(donate_argnums, "donate_argnums")
         self.passes = passes
         if cache_size is None:
@@ -103,9 +105,11 @@ class CompiledFunction:
         self._last = None
         self._nums = {}  # number of arguments -> (static positions, donated positions), negatives resolved
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         """The general call; the fast path (type(self).__call__, once known) comes here for
-        arguments of another signature."""
+        arguments of another signature, and for keyword arguments."""
+        if kwargs:
+            args = self._bind(args, kwargs)
         key, arrays = self._signature(args)
         entry = self._cache.get(key)
         if entry is None:
@@ -162,6 +166,39 @@ class CompiledFunction:
             self._cache.popitem(last=False)
         return entry
 
+    def _parameters(self):
+        try:
+            return inspect.signature(self.fn).parameters
+        except (TypeError, ValueError):
+            raise TypeError(f"{self.__name__}: its signature cannot be read, so it takes no keyword "
+                            "arguments or static_argnames") from None
+
+    def _argnames(self, names):
+        """static_argnames as positions: a keyword argument is bound to its position first."""
+        names = (names,) if isinstance(names, str) else tuple(names)
+        if not names:
+            return ()
+        params = list(self._parameters().values())
+        nums = []
+        for name in names:
+            where = [i for i, p in enumerate(params) if p.name == name]
+            if not where or params[where[0]].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+                raise ValueError(f"static_argnames: {self.__name__} has no ordinary parameter {name!r}")
+            nums.append(where[0])
+        return tuple(nums)
+
+    def _bind(self, args, kwargs):
+        """Keyword arguments (and then defaults) moved to their positions: a call is its positions."""
+        try:
+            bound = inspect.Signature(list(self._parameters().values())).bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.__name__}: {e}") from None
+        bound.apply_defaults()
+        if bound.kwargs:
+            raise TypeError(f"{self.__name__}: keyword-only parameters and **kwargs are not supported "
+                            f"({', '.join(bound.kwargs)}); make them ordinary parameters")
+        return bound.args
+
     def _positions(self, n):
         """(static, donated) argument positions for a call with n arguments; negatives count from the end."""
         nums = self._nums.get(n)
@@ -204,8 +241,9 @@ class CompiledFunction:
         result, consts = pytree.rebuild_source(entry.out_tree, {m: f"a[{d}]" for m, d in given.items()})
         scope, items, general = {"G": CompiledFunction.__call__, "c": consts}, [], "G(self, *a)"
         # unpacking checks the argument count (free unless it fails): cheaper than len(a) == n
-        lines = ["try:", f"    {''.join(f'a{i}, ' for i in range(len(args)))}= a", "except ValueError:",
-                 f"    return {general}"] if args else [f"if a: return {general}"]
+        lines = ["if k: return G(self, *a, **k)"] + ([
+            "try:", f"    {''.join(f'a{i}, ' for i in range(len(args)))}= a", "except ValueError:",
+            f"    return {general}"] if args else [f"if a: return {general}"])
         for i, td in enumerate(trees):  # a leaf argument goes in as it is: the entry checks its type
             if td == pytree.LEAF:
                 items.append(f"a{i}")
@@ -214,7 +252,7 @@ class CompiledFunction:
             lines += [f"l{i} = f{i}(a{i})", f"if l{i} is None: return {general}"]
             items.append(f"*l{i}")
         lines.append(f"i = [{', '.join(items)}]")
-        entry.fast = make(prelude=(scope, "self, *a", lines, result, general))
+        entry.fast = make(prelude=(scope, "self, *a, **k", lines, result, general))
         return entry.fast
 
     def _returned_whole(self, entry, trees):
@@ -371,14 +409,17 @@ class CompiledFunction:
 
 
 def compile(fn=None, *, backend=None, static_argnums=(), donate_argnums=(), passes=None, cache_size=None,
-            tier=None):
+            tier=None, static_argnames=()):
     """Compile a whole step. Use as @compile or @compile(backend="reference", donate_argnums=0).
 
+    Keyword arguments bind to their parameters' positions (then defaults fill the rest), so
+    static_argnums and donate_argnums count them too; static_argnames names static parameters.
     cache_size bounds how many signatures (shapes, dtypes, static values) stay compiled at once.
     tier ("auto", "straight" or "tape") says how scalar programs run, over $BURJIT_TIER."""
     if fn is None:
-        return lambda f: CompiledFunction(f, backend, static_argnums, donate_argnums, passes, cache_size, tier)
-    return CompiledFunction(fn, backend, static_argnums, donate_argnums, passes, cache_size, tier)
+        return lambda f: CompiledFunction(f, backend, static_argnums, donate_argnums, passes, cache_size, tier,
+                                          static_argnames)
+    return CompiledFunction(fn, backend, static_argnums, donate_argnums, passes, cache_size, tier, static_argnames)
 
 
 def _check_donated(donated, arrays, views):

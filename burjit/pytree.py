@@ -1,13 +1,52 @@
-"""Pytrees: nested dicts, lists, tuples (and None) whose leaves are arrays or scalars.
+"""Pytrees: nested dicts, lists, tuples, namedtuples (and None) whose leaves are arrays or
+scalars, and registered nodes: OrderedDicts, dataclasses and the types given to `register`.
 
-A treedef is a hashable nested tuple, so it can sit in a compile-cache key as it is.
-Dict keys are sorted, as in JAX, so two dicts built in different orders trace alike (keys of
-mixed types sort by type name first).
+A treedef is a hashable nested tuple (kind, meta, children), so it can sit in a compile-cache
+key as it is. Dict keys are sorted, as in JAX, so two dicts built in different orders trace
+alike (keys of mixed types sort by type name first); an OrderedDict keeps its order. A
+registered node's treedef is ("node", (type, aux, keys), children): `aux` is what its flatten
+returned beside the children (a dataclass's static fields), so it is part of the cache key and
+must be hashable; `keys` name the children in key paths (field names, or indices).
 """
 
+import collections
+import dataclasses
 import operator
 
 LEAF = "*"
+_NODES = {}  # type -> (flatten: x -> (children, aux, keys), unflatten: (aux, children) -> x)
+
+
+def register(node_type, flatten, unflatten):
+    """Make `node_type` a pytree node (JAX's register_pytree_node): flatten(x) -> (children,
+    aux) with aux hashable, unflatten(aux, children) -> x. Children are named by index."""
+    if not isinstance(node_type, type):
+        raise TypeError(f"register: node_type must be a class, got {node_type!r}")
+
+    def flat(x):
+        children, aux = flatten(x)
+        children = tuple(children)
+        return children, aux, tuple(range(len(children)))
+    _NODES[node_type] = (flat, unflatten)
+
+
+def _register_dataclass(cls):
+    """A dataclass's fields are its children, but fields with metadata {"static": True}, which
+    go into aux (so a new static value is a new signature)."""
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    names = tuple(f.name for f in fields if not f.metadata.get("static"))
+    statics = tuple(f.name for f in fields if f.metadata.get("static"))
+
+    def flat(x):
+        return tuple(getattr(x, n) for n in names), tuple(getattr(x, n) for n in statics), names
+
+    def build(aux, children):
+        return cls(**dict(zip(names, children)), **dict(zip(statics, aux)))
+    _NODES[cls] = (flat, build)
+
+
+_NODES[collections.OrderedDict] = (lambda d: (tuple(d.values()), tuple(d), tuple(d)),
+                                   lambda keys, children: collections.OrderedDict(zip(keys, children)))
 
 
 def flatten(tree):
@@ -20,6 +59,19 @@ def _flatten(tree, leaves):
     t = type(tree)  # exact-type check first: flatten runs on every call of a compiled step
     if t is list or t is tuple:
         return (t.__name__, len(tree), tuple([_flatten(x, leaves) for x in tree]))
+    node = _NODES.get(t)
+    if node is None and dataclasses.is_dataclass(t):
+        _register_dataclass(t)
+        node = _NODES[t]
+    if node is not None:
+        children, aux, keys = node[0](tree)
+        meta = (t, aux, keys)
+        try:
+            hash(meta)
+        except TypeError:
+            raise TypeError(f"a {t.__name__}'s static part {aux!r} is not hashable; it is part of the "
+                            "compile-cache key") from None
+        return ("node", meta, tuple([_flatten(x, leaves) for x in children]))
     if isinstance(tree, dict):
         keys = _sorted_keys(tree)
         return ("dict", tuple(keys), tuple([_flatten(tree[k], leaves) for k in keys]))
@@ -59,6 +111,8 @@ def _unflatten(td, it):
     if kind == "dict":
         return {k: _unflatten(c, it) for k, c in zip(td[1], td[2])}
     children = [_unflatten(c, it) for c in td[2]]
+    if kind == "node":
+        return _NODES[td[1][0]][1](td[1][1], children)
     if kind == "namedtuple":
         return td[1](*children)
     return tuple(children) if kind == "tuple" else children
@@ -76,7 +130,8 @@ def leaf_paths(treedef):
         return [()]
     if treedef[0] == "none":
         return []
-    keys = treedef[1] if treedef[0] == "dict" else range(len(treedef[2]))
+    kind = treedef[0]
+    keys = treedef[1] if kind == "dict" else treedef[1][2] if kind == "node" else range(len(treedef[2]))
     return [(k,) + path for k, child in zip(keys, treedef[2]) for path in leaf_paths(child)]
 
 
@@ -88,8 +143,10 @@ def to_data(treedef):
     kind = treedef[0]
     if kind == "none":
         return [kind]
-    if kind == "namedtuple":
-        raise TypeError(f"a namedtuple ({treedef[1].__name__}) cannot be written as data; use a tuple or a dict")
+    if kind in ("namedtuple", "node"):
+        cls = treedef[1] if kind == "namedtuple" else treedef[1][0]
+        what = "namedtuple" if kind == "namedtuple" else "pytree node"
+        raise TypeError(f"a {what} ({cls.__name__}) cannot be written as data; use a tuple or a dict")
     if kind == "dict" and not all(type(k) in (str, int) for k in treedef[1]):
         raise TypeError(f"dict keys {treedef[1]!r} cannot be written as data; use str or int keys")
     return [kind, list(treedef[1]) if kind == "dict" else treedef[1], [to_data(c) for c in treedef[2]]]
@@ -106,7 +163,12 @@ def from_data(data):
 
 def tree_map(fn, tree, *rest):
     leaves, td = flatten(tree)
-    others = [flatten(r)[0] for r in rest]
+    others = []
+    for r in rest:
+        values, other = flatten(r)
+        if other != td:
+            raise ValueError(f"tree_map: trees of different structures:\n  {td}\n  {other}")
+        others.append(values)
     return unflatten(td, [fn(*xs) for xs in zip(leaves, *others)])
 
 
@@ -152,6 +214,9 @@ def rebuild_source(treedef, given=None):
         if kind == "namedtuple":
             consts.append(td[1])
             return f"c[{len(consts) - 1}](" + ", ".join(items) + ")"
+        if kind == "node":
+            consts.append(lambda *children, build=_NODES[td[1][0]][1], aux=td[1][1]: build(aux, list(children)))
+            return f"c[{len(consts) - 1}](" + ", ".join(items) + ")"
         body = ", ".join(items)
         return f"({body},)" if kind == "tuple" and len(items) == 1 else f"({body})" if kind == "tuple" else f"[{body}]"
 
@@ -165,6 +230,12 @@ def rebuild_source(treedef, given=None):
 
 
 _CONTAINERS = (dict, list, tuple, type(None))
+
+
+def _leaves_if(tree, treedef):
+    """tree's leaves if its treedef is exactly `treedef`, else None."""
+    leaves, td = flatten(tree)
+    return leaves if td == treedef else None
 
 
 def flattener(treedef, leaves_checked=True):
@@ -188,6 +259,11 @@ def flattener(treedef, leaves_checked=True):
         if kind == "none":
             lines.append(f"if {var} is not None: return None")
             return []
+        if kind == "node":  # flattened in full, then compared: registered nodes are rare in hot loops
+            consts.append(lambda x, td=td: _leaves_if(x, td))
+            values = f"v{next(names)}"
+            lines.extend([f"{values} = c[{len(consts) - 1}]({var})", f"if {values} is None: return None"])
+            return [f"*{values}"]
         if kind == "dict":
             keys = td[1]
             lines.append(f"if len({var}) != {len(keys)}: return None")
