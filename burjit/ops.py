@@ -413,3 +413,7 @@ def getitem(x, key):
     if (tuple(starts), tuple(sizes)) != ((0,) * x.ndim, x.shape) or any(s != 1 for s in steps):
         r = bind("slice", [x], starts=tuple(starts), steps=tuple(steps), shape=tuple(sizes))
     return reshape(r, tuple(out_shape))
+
+
+from .einsum import einsum  # noqa: E402  (einsum.py builds on the functions above)
+__all__ += ["einsum"]
