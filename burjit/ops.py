@@ -415,5 +415,6 @@ def getitem(x, key):
     return reshape(r, tuple(out_shape))
 
 
-from .einsum import einsum  # noqa: E402  (einsum.py builds on the functions above)
-__all__ += ["einsum"]
+from .einsum import einsum  # noqa: E402  (einsum.py and conv.py build on the functions above)
+from .conv import conv1d, conv2d, max_pool2d  # noqa: E402
+__all__ += ["einsum", "conv1d", "conv2d", "max_pool2d"]
