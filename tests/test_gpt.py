@@ -181,3 +181,8 @@ def test_shipped_text_encodes():
 
 def test_micrograd_moons_demo_separates_the_moons():
     assert _example("micrograd_mlp").main([]) >= 0.95
+
+
+def test_cnn_digits_example_learns():
+    """conv2d, max_pool2d, argmax, a warmup-cosine schedule and AdamW's default mask, end to end."""
+    assert _example("cnn_digits").main(["--steps", "150"]) >= 0.9
