@@ -77,6 +77,7 @@ class Trace:
         self.regions, self.tier, self.src = {}, tier, None
         self.parent = parent  # a loop body's trace: the trace its loop is in (control.py)
         self.captured = {}    # outer node -> this trace's input for it, in the order read
+        self.custom_vjps = {}  # an output node of a custom_vjp call -> its rule (custom.py)
 
     def own(self, t):
         """t as a value of this trace: itself, or, in a loop body, the body's input standing for a
@@ -288,10 +289,11 @@ class Tracer:
 _UFUNCS = {n: n for n in ("add", "subtract", "multiply", "divide", "power", "negative", "exp", "log", "log1p",
                            "tanh", "sqrt", "square", "sign", "maximum", "minimum", "less", "less_equal",
                            "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or",
-                           "logical_not", "matmul")}
+                           "logical_not", "matmul", "expm1", "cos", "sin")}
 _UFUNCS.update(true_divide="divide", absolute="abs", float_power="power")
 _FUNCTIONS = {n: n for n in ("sum", "mean", "max", "min", "where", "concatenate", "transpose", "reshape",
-                             "broadcast_to", "take", "matmul", "exp", "log", "log1p", "tanh", "sqrt", "abs")}
+                             "broadcast_to", "take", "matmul", "exp", "log", "log1p", "tanh", "sqrt", "abs",
+                             "argmax", "argmin", "clip", "var", "std", "cumsum", "einsum")}
 _FUNCTIONS.update(amax="max", amin="min")
 
 from . import ops as _F  # noqa: E402  (ops builds on Tracer; Tracer's operators call into ops)

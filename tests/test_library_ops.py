@@ -130,3 +130,11 @@ def test_errors_name_the_users_line():
         burjit.compile(lambda x: F.cumsum(x, 2))(np.zeros((2, 3)))
     with pytest.raises(ValueError, match=r"test_library_ops\.py:\d+: .*\n  clip needs lo or hi"):
         burjit.compile(lambda x: F.clip(x))(np.zeros(2))
+
+
+def test_numpy_functions_on_traced_values_dispatch_to_ops():
+    funcs = lambda m, x: (m.cos(x), m.expm1(x), m.sin(x), m.argmax(x), m.argmin(x), m.cumsum(x),  # noqa: E731
+                          m.clip(x, 0, 1), m.var(x), m.std(x), m.einsum("i,i->", x, x))
+    x = np.array([0.5, 2.0, -1.0])
+    for got, want in zip(burjit.compile(lambda x: funcs(np, x))(x), funcs(np, x)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
