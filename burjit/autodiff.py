@@ -11,7 +11,7 @@ import functools
 
 from . import ops as F
 from . import primitives as P
-from . import pytree, region
+from . import custom, pytree, region
 from .errors import TracingError
 from .tracer import Tracer, bind, current_trace, describe, user_src
 
@@ -103,6 +103,13 @@ def backward(out, wrt):
         return tracers[n]
 
     for n in sorted(active - wrt_nodes, reverse=True):  # wrt nodes keep their accumulated cotangent
+        rule = out.trace.custom_vjps.get(n)
+        if rule is not None:  # the user's rule, for all of the call's outputs at once
+            if n in ct or any(o.node in ct for o in rule.outs):
+                for o, c in custom.cotangents(rule, ct, F.zeros_like, graph[n].get("src")).items():
+                    if o in active:
+                        ct[o] = ct[o] + c if o in ct else c
+            continue
         g = ct.pop(n, None)
         a = graph[n]
         prim = P.PRIMITIVES[a["op"]]
