@@ -18,11 +18,12 @@ import zlib
 import numpy as np
 
 from . import ops as F
-from . import pytree
+from . import pytree, random
 from .ops import cross_entropy, mse
+from .tracer import describe, user_src
 
 __all__ = ["Linear", "Embedding", "LayerNorm", "CausalSelfAttention", "MLP", "Block", "GPT",
-           "cross_entropy", "mse", "save", "load", "load_meta", "state_dict", "count_params", "from_torch"]
+           "cross_entropy", "mse", "save", "load", "load_meta", "state_dict", "count_params", "from_torch", "dropout"]
 
 
 def _rng(seed):
@@ -32,6 +33,19 @@ def _rng(seed):
 def _under(prefix, path, layer):
     """A sub-layer's torch names (see from_torch), its paths under `path`, its names under `prefix`."""
     return {path + p: (f"{prefix}.{name}", t) for p, (name, t) in layer.torch_names().items()}
+
+
+def dropout(key, x, rate, train=True):
+    """Zero each element with probability `rate` and scale the rest by 1 / (1 - rate), so the
+    expectation is x (inverted dropout, as torch); the identity when not training. `key` is a
+    burjit.random key (split a fresh one per step); train and rate are static Python values."""
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"{describe(user_src())}\n  dropout: rate must lie in [0, 1), got {rate!r}")
+    if not train or rate == 0.0:
+        return x
+    x = F.lift(x)
+    keep = random.bernoulli(key, 1.0 - rate, x.shape)
+    return F.where(keep, x * (1.0 / (1.0 - rate)), 0.0)
 
 
 class Linear:

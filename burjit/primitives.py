@@ -15,6 +15,7 @@ A primitive has
           against a scalar emitter `e` that a backend supplies (see codegen). Emitter methods:
           add sub mul div neg exp log log1p sqrt tanh cos sin abs pow max min (numeric, same type operands),
           cmp(pred, a, b) with pred in < <= > >= == !=, select(c, a, b), and_ or_ not_ (bool),
+          xor shl lshr (ints; a shift's amount a constant),
           cast(a, dtype), const(value, like) (a constant of the type of `like`).
 
 Elementwise primitives take operands of one shape: the tracer inserts explicit broadcast_to
@@ -76,6 +77,20 @@ def _same_numeric(name, dts, attrs):
     if len(set(dts)) > 1 or dts[0] == "bool":
         raise ShapeError(f"{name}: needs numeric operands of one dtype, got {', '.join(dts)}")
     return dts[0]
+
+
+def _same_int(name, dts, attrs):
+    if len(set(dts)) > 1 or dts[0] not in ("int32", "int64"):
+        raise ShapeError(f"{name}: needs int32 or int64 operands of one dtype, got {', '.join(dts)}")
+    bits = attrs.get("bits", 0)
+    if not 0 <= bits < 8 * np.dtype(dts[0]).itemsize:
+        raise ShapeError(f"{name}: a shift of {bits} bits of {dts[0]}")
+    return dts[0]
+
+
+def _unsigned(x):
+    """x's bits as the unsigned type of its width: numpy's >> of a signed int copies the sign bit."""
+    return np.asarray(x).view(np.uint32 if np.asarray(x).dtype == np.int32 else np.uint64)
 
 
 def _compare(name, dts, attrs):
@@ -191,6 +206,13 @@ def _minmax(F, g, first):
 for _name, _pred, _fn in [("lt", "<", np.less), ("le", "<=", np.less_equal), ("gt", ">", np.greater),
                           ("ge", ">=", np.greater_equal), ("eq", "==", np.equal), ("ne", "!=", np.not_equal)]:
     elementwise(_name, _fn, (lambda p: lambda e, x, y: e.cmp(p, x, y))(_pred), None, _compare)
+# Bit operations on int32/int64, for counter-based random numbers (random.py): the shift is a
+# static attribute in [0, bits of the dtype), so no backend meets an undefined shift.
+elementwise("xor", np.bitwise_xor, lambda e, x, y: e.xor(x, y), None, _same_int)
+elementwise("shl", lambda x, bits: np.left_shift(x, bits), lambda e, x, bits: e.shl(x, e.const(bits, x)),
+            None, _same_int)
+elementwise("lshr", lambda x, bits: (_unsigned(x) >> bits).view(np.asarray(x).dtype),
+            lambda e, x, bits: e.lshr(x, e.const(bits, x)), None, _same_int)
 elementwise("and", np.logical_and, lambda e, x, y: e.and_(x, y), None, _logical)
 elementwise("or", np.logical_or, lambda e, x, y: e.or_(x, y), None, _logical)
 elementwise("not", np.logical_not, lambda e, x: e.not_(x), None, _logical)

@@ -128,6 +128,15 @@ class Emitter:
     def not_(self, x):
         return self.b.xor(x, const(I1, 1))
 
+    def xor(self, x, y):
+        return self.b.xor(x, y)
+
+    def shl(self, x, y):
+        return self.b.shl(x, y)
+
+    def lshr(self, x, y):
+        return self.b.lshr(x, y)
+
     # -- types ----------------------------------------------------------------------------------
     def const(self, value, like):
         return const(like.type, value)

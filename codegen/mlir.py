@@ -145,6 +145,15 @@ class Scalar:
     def not_(self, x):
         return self.op(f"arith.xori {x}, {self.const(True, x)} : i1", "i1")
 
+    def xor(self, x, y):
+        return self.op(f"arith.xori {x}, {y} : {x.type}", x.type)
+
+    def shl(self, x, y):
+        return self.op(f"arith.shli {x}, {y} : {x.type}", x.type)
+
+    def lshr(self, x, y):
+        return self.op(f"arith.shrui {x}, {y} : {x.type}", x.type)
+
     def const(self, value, like):
         return self.constant(value, like.type)
 
