@@ -5,7 +5,8 @@
 Each image is one of ten 3x5 digit glyphs, scaled to 6x6 or 5x5 (nearest neighbour), placed at
 a random offset in an 8x8 frame, with a random stroke intensity and Gaussian noise. The model is
 conv2d(1->8, 3x3, pad 1) -> relu -> max_pool2d(2) -> conv2d(8->16, 3x3, pad 1) -> relu ->
-max_pool2d(2) -> Linear(64->10), trained with AdamW under a warmup-cosine learning rate;
+max_pool2d(2) -> dropout(0.1) -> Linear(64->10), trained with AdamW under a warmup-cosine
+learning rate (the dropout key is step state: split anew inside each step);
 weight decay applies to the conv kernels and the Linear weight only (optim's default mask: no
 biases). It prints the held-out accuracy (argmax of the logits).
 """
@@ -15,7 +16,7 @@ import argparse
 import numpy as np
 
 import burjit
-from burjit import nn, optim
+from burjit import nn, optim, random
 from burjit import ops as F
 
 GLYPHS = ["111101101101111", "010110010010111", "111001111100111", "111001111001111", "101101111001001",
@@ -49,10 +50,12 @@ def init(seed):
 HEAD = nn.Linear(64, 10)
 
 
-def logits(p, x):
+def logits(p, x, key=None):
+    """key: a dropout key while training; None for evaluation (no dropout)."""
     h = F.max_pool2d(F.relu(F.conv2d(x, p["conv1"]["w"], p["conv1"]["b"], padding=1)), 2)
     h = F.max_pool2d(F.relu(F.conv2d(h, p["conv2"]["w"], p["conv2"]["b"], padding=1)), 2)
-    return HEAD(p["head"], F.reshape(h, (x.shape[0], -1)))
+    h = F.reshape(h, (x.shape[0], -1))
+    return HEAD(p["head"], h if key is None else nn.dropout(key, h, 0.1))
 
 
 def main(argv=None):
@@ -66,15 +69,17 @@ def main(argv=None):
     opt = optim.adamw(optim.warmup_cosine(3e-2, args.steps // 10, args.steps), weight_decay=1e-3)
     state = opt.init(params)
 
-    @burjit.compile(donate_argnums=(0, 1))
-    def step(params, state, x, y):
-        loss, grads = burjit.value_and_grad(lambda p: F.cross_entropy(logits(p, x), y))(params)
+    @burjit.compile(donate_argnums=(0, 1, 2))
+    def step(params, state, key, x, y):
+        key, sub = random.split(key)
+        loss, grads = burjit.value_and_grad(lambda p: F.cross_entropy(logits(p, x, sub), y))(params)
         params, state = opt.update(params, grads, state)
-        return params, state, loss
+        return params, state, key, loss
 
     accuracy = burjit.compile(lambda p, x, y: F.mean(F.argmax(logits(p, x), -1) == y))
+    key = random.key(args.seed)
     for i in range(args.steps):
-        params, state, loss = step(params, state, *make_digits(args.batch, rng))
+        params, state, key, loss = step(params, state, key, *make_digits(args.batch, rng))
         if i % 50 == 0 or i == args.steps - 1:
             print(f"step {i:4d}  loss {float(loss):.4f}")
     acc = float(accuracy(params, *make_digits(1000, np.random.default_rng(args.seed + 1))))
