@@ -106,7 +106,7 @@ def backward(out, wrt):
         rule = out.trace.custom_vjps.get(n)
         if rule is not None:  # the user's rule, for all of the call's outputs at once
             if n in ct or any(o.node in ct for o in rule.outs):
-                for o, c in custom.cotangents(rule, ct, F.zeros_like, graph[n].get("src")).items():
+                for o, c in custom.cotangents(rule, ct, graph[n].get("src")).items():
                     if o in active:
                         ct[o] = ct[o] + c if o in ct else c
             continue

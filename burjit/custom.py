@@ -10,6 +10,7 @@ trace, f runs fun on the reference backend (as grad does).
 
 import functools
 
+from . import ops as F
 from . import pytree
 from .errors import TracingError
 from .tracer import Tracer, bind, current_trace, describe, lift, user_src
@@ -56,20 +57,20 @@ class custom_vjp:
         return pytree.unflatten(out_tree, outs)
 
 
-def cotangents(rule, ct, zeros, src):
+def cotangents(rule, ct, src):
     """bwd's cotangents as {argument leaf node: cotangent}, the output cotangents taken out of
-    `ct` (zeros(out) for an output nothing used)."""
+    `ct` (zeros for an output nothing used)."""
     gs = [ct.pop(o.node, None) for o in rule.outs]
-    gs = [zeros(o) if g is None else g for o, g in zip(rule.outs, gs)]
+    gs = [F.zeros_like(o) if g is None else g for o, g in zip(rule.outs, gs)]
     cts = rule.bwd(rule.residuals, pytree.unflatten(rule.out_tree, gs))
     if not isinstance(cts, (tuple, list)) or len(cts) != len(rule.args):
         raise TracingError(f"{describe(src)}\n  custom_vjp: bwd must return a tuple of {len(rule.args)} "
                            f"cotangent(s), one per argument, got {type(cts).__name__}")
     out = {}
     for arg, c in zip(rule.args, cts):
-        a_leaves, a_tree = pytree.flatten(arg)
         if c is None:
             continue
+        a_leaves, a_tree = pytree.flatten(arg)
         c_leaves, c_tree = pytree.flatten(c)
         if c_tree != a_tree:
             raise TracingError(f"{describe(src)}\n  custom_vjp: a cotangent's structure differs from its argument's")

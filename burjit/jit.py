@@ -2,8 +2,8 @@
 
 Arguments are pytrees; keyword arguments are bound to their positions first (the fast path
 hands a keyword call to the general one). numpy arrays and numpy scalars are traced inputs;
-Python bool/int/float leaves (and arguments listed in static_argnums or static_argnames) are static: they are baked into the graph
-and are part of the cache key, by type and bit pattern (so 1, 1.0 and True, or 0.0 and -0.0,
+Python bool/int/float leaves (and arguments listed in static_argnums or static_argnames) are
+static: they are baked into the graph and are part of the cache key, by type and bit pattern (so 1, 1.0 and True, or 0.0 and -0.0,
 trace apart, and a NaN hits its own entry). Each compiled function keeps at most
 `cache_size` signatures (default DEFAULT_CACHE_SIZE, or $BURJIT_CACHE_SIZE), dropping the least
 recently used one; dropping an entry frees its native code. `donate_argnums` lets the step update those arguments' arrays
@@ -166,9 +166,11 @@ class CompiledFunction:
             self._cache.popitem(last=False)
         return entry
 
-    def _parameters(self):
+    @functools.cached_property
+    def _fn_signature(self):
+        """fn's signature, read once: keyword calls bind with it on every call."""
         try:
-            return inspect.signature(self.fn).parameters
+            return inspect.signature(self.fn)
         except (TypeError, ValueError):
             raise TypeError(f"{self.__name__}: its signature cannot be read, so it takes no keyword "
                             "arguments or static_argnames") from None
@@ -178,11 +180,12 @@ class CompiledFunction:
         names = (names,) if isinstance(names, str) else tuple(names)
         if not names:
             return ()
-        params = list(self._parameters().values())
+        params = list(self._fn_signature.parameters.values())
+        ordinary = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         nums = []
         for name in names:
             where = [i for i, p in enumerate(params) if p.name == name]
-            if not where or params[where[0]].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+            if not where or params[where[0]].kind not in ordinary:
                 raise ValueError(f"static_argnames: {self.__name__} has no ordinary parameter {name!r}")
             nums.append(where[0])
         return tuple(nums)
@@ -190,7 +193,7 @@ class CompiledFunction:
     def _bind(self, args, kwargs):
         """Keyword arguments (and then defaults) moved to their positions: a call is its positions."""
         try:
-            bound = inspect.Signature(list(self._parameters().values())).bind(*args, **kwargs)
+            bound = self._fn_signature.bind(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{self.__name__}: {e}") from None
         bound.apply_defaults()
