@@ -32,6 +32,7 @@ hangs hangs the job unless $MPIEXEC_TIMEOUT (seconds) is set for mpiexec.
 import os
 import shutil
 import sys
+import time
 
 import numpy as np
 
@@ -132,6 +133,7 @@ def abort_on_error():
     def abort(kind, value, tb):
         hook(kind, value, tb)
         sys.stderr.flush()
+        time.sleep(0.2)  # the launcher forwards our stderr from a pipe: Abort kills it before it drains
         world.Abort(1)
     sys.excepthook = abort
 
