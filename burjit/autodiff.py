@@ -90,9 +90,12 @@ def backward(out, wrt):
         seeds = {out.node: F.ones_like(out)}
     ct = {n: c for n, c in seeds.items() if n in live}
     needed = set(ct)
+    rules = out.trace.custom_vjps
     for n in range(max(ct, default=-1), min(wrt_nodes) - 1, -1):
         if n in needed:
             needed.update(o for o in graph.operands(n) if o in live)
+            if n in rules:  # the rule's cotangents go to the call's arguments, whatever fwd read
+                needed.update(o for o in rules[n].arg_nodes() if o in live)
     active = live & needed
     tracers = {}
 
@@ -103,7 +106,7 @@ def backward(out, wrt):
         return tracers[n]
 
     for n in sorted(active - wrt_nodes, reverse=True):  # wrt nodes keep their accumulated cotangent
-        rule = out.trace.custom_vjps.get(n)
+        rule = rules.get(n)
         if rule is not None:  # the user's rule, for all of the call's outputs at once
             if n in ct or any(o.node in ct for o in rule.outs):
                 for o, c in custom.cotangents(rule, ct, graph[n].get("src")).items():

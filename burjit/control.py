@@ -52,6 +52,7 @@ class Body:
         self.n_carry, self.n_xs, self.dtype, self.src = n_carry, n_xs, dtype, src
         self.role = role  # "loop", or "adjoint": reverse mode's (loop_reverse.py)
         self.stored = None  # where reverse mode made it store its carries: their first leaf's index
+        self.rules = {}  # the body trace's custom_vjp rules (custom.py), which reverse mode's replay rebinds
         self.leaves = leaves  # per output leaf (carry, then ys): (offset, shape, dtype) in the loop's vector
         last = leaves[-1] if leaves else (0, (0,), dtype)
         self.size = last[0] + elements(last[1], last[2], dtype)
@@ -176,6 +177,7 @@ def _loop(f, init, xs, length, reverse, start, src, name, cond=None, go=None, ro
     dtype = dtypes[0] if len(set(dtypes)) == 1 else PACKED
     spec = Body(body.graph, length, start, reverse, len(carry0), len(xs0), dtype,
                 layout(shapes, dtypes, dtype), src, role)
+    spec.rules = body.custom_vjps
     operands = [t.node for t in carry0 + xs0 + ([proceed] if cond else [])] + captures
     graph = outer.graph
     node = graph.add("loop", operands, (spec.size,), dtype, {"body": spec}, src)

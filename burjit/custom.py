@@ -4,8 +4,10 @@ JAX's semantics: `f = custom_vjp(fun)`, `f.defvjp(fwd, bwd)` with fwd(*args) -> 
 and bwd(residuals, out_cotangent) -> one cotangent per argument (a tuple; None for none). Under
 a trace, calling f records fwd's ops like any others (so they compile and fuse with the rest)
 and marks each output leaf by a fresh `id` node; grad's walk (autodiff.backward) meets those
-nodes first and calls bwd once for all of them, instead of walking into fwd's ops. Outside a
-trace, f runs fun on the reference backend (as grad does).
+nodes first and calls bwd once for all of them, instead of walking into fwd's ops. In a loop
+body the rules go with the body (control.Body.rules): reverse mode replays an iteration's graph
+and rebinds them to the replayed nodes (`Rule.rebound`). Outside a trace, f runs fun on the
+reference backend (as grad does).
 """
 
 import functools
@@ -19,10 +21,36 @@ __all__ = ["custom_vjp"]
 
 
 class Rule:
-    """One call's backward: bwd, its residuals, the arguments' leaves and the marked outputs."""
+    """One call's backward: bwd, its residuals, the arguments and the marked outputs (traced
+    leaves all graph values of the call's trace, `graph_values`)."""
 
-    def __init__(self, bwd, residuals, args, outs, out_tree):
-        self.bwd, self.residuals, self.args, self.outs, self.out_tree = bwd, residuals, args, outs, out_tree
+    def __init__(self, trace, bwd, residuals, args, outs, out_tree):
+        self.trace, self.bwd, self.residuals, self.args, self.outs, self.out_tree = \
+            trace, bwd, residuals, args, outs, out_tree
+        for o in outs:
+            trace.custom_vjps[o.node] = self
+
+    def arg_nodes(self):
+        return [x.node for x in pytree.flatten(self.args)[0] if isinstance(x, Tracer)]
+
+    def rebound(self, env):
+        """This rule over a replay of its trace's graph (loop_reverse.replay): each value of
+        its trace taken to env[its node], so bwd reads the replayed residuals."""
+        new = lambda t: env[t.node] if isinstance(t, Tracer) and t.trace is self.trace else t  # noqa: E731
+        return Rule(current_trace(), self.bwd, pytree.tree_map(new, self.residuals), pytree.tree_map(new, self.args),
+                    [new(o) for o in self.outs], self.out_tree)
+
+
+def graph_values(trace, tree):
+    """tree with each traced leaf a graph node of `trace`: a loop body's own input for a captured
+    value; a scalar region's value exported (before fwd runs, so an argument's node precedes the
+    marks grad's walk reaches first; and a loop body's regions are sealed before a replay)."""
+    def value(t):
+        if not isinstance(t, Tracer):
+            return t
+        t = trace.own(t)
+        return Tracer(trace, t.node, t.shape, t.dtype)
+    return pytree.tree_map(value, tree)
 
 
 class custom_vjp:
@@ -42,18 +70,15 @@ class custom_vjp:
         name = getattr(self.fun, "__name__", "custom_vjp")
         if self.fwd is None:
             raise TracingError(f"{describe(user_src())}\n  {name}: custom_vjp needs defvjp(fwd, bwd) before a call")
-        if trace.parent is not None or trace.regions:
-            raise TracingError(f"{describe(user_src())}\n  {name}: custom_vjp inside a loop body or a scalar "
-                               "region (tier tape) is not supported yet")
+        args = graph_values(trace, args)
         result = self.fwd(*args)
         if not (isinstance(result, tuple) and len(result) == 2):
             raise TracingError(f"{describe(user_src())}\n  {name}: fwd must return (output, residuals)")
         out, residuals = result
+        residuals = graph_values(trace, residuals)
         leaves, out_tree = pytree.flatten(out)
         outs = [bind("id", [lift(x)]) for x in leaves]
-        rule = Rule(self.bwd, residuals, args, outs, out_tree)
-        for o in outs:
-            trace.custom_vjps[o.node] = rule
+        Rule(trace, self.bwd, residuals, args, outs, out_tree)
         return pytree.unflatten(out_tree, outs)
 
 

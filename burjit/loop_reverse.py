@@ -38,7 +38,7 @@ def _stored_carries(out):
         leaves = body.leaves + layout([(body.length,) + shape for _, shape, _ in body.leaves[:nc]],
                                       [d for _, _, d in body.leaves[:nc]], body.dtype, body.size)
         stored = Body(g, body.length, body.start, body.reverse, nc, body.n_xs, body.dtype, leaves, body.src, body.role)
-        stored.stored = len(body.leaves)
+        stored.stored, stored.rules = len(body.leaves), body.rules
         graph[node]["attrs"] = {**graph[node]["attrs"], "body": stored}
         graph[node]["shape"] = (stored.size,)
         body = stored
@@ -46,8 +46,9 @@ def _stored_carries(out):
     return tuple(_unpack(vec, off, shape, d) for off, shape, d in body.leaves[body.stored:])
 
 
-def replay(graph, args):
-    """graph's outputs with its inputs bound to `args`, each node bound again in the current trace."""
+def replay(graph, args, rules):
+    """graph's outputs with its inputs bound to `args`, each node bound again in the current
+    trace, and its custom_vjp `rules` ({node: rule}) rebound to the new nodes."""
     env = dict(zip(graph.inputs, args))
     for n in graph.topo():
         if n not in env:
@@ -55,6 +56,8 @@ def replay(graph, args):
             operands = [env[o] for o in graph.operands(n)]
             # a scalar region's records name nodes of the graph they were traced in: bind them one by one
             env[n] = region.rebind(a["attrs"], operands) if a["op"] == "region" else bind(a["op"], operands, **a["attrs"])
+    for rule in {id(r): r for r in rules.values()}.values():
+        rule.rebound(env)
     return [env[o] for o in graph.outputs]
 
 
@@ -107,7 +110,7 @@ def vjp(F, g, out, operands, needs, attrs):
         c_in = [next(rest) if k in float_c else v for k, v in enumerate(c)]
         x_in = [next(rest) if k in float_x else v for k, v in enumerate(x)]
         cap_in = [next(rest) if k in float_caps else v for k, v in enumerate(caps)]
-        outs = replay(body.graph, c_in + [i] + x_in + cap_in)
+        outs = replay(body.graph, c_in + [i] + x_in + cap_in, body.rules)
         loss = sum(F.sum(outs[k] * w) for k, w in zip(float_c + float_y, list(ct_carry) + list(ct_y)))
         grads = backward(loss, fresh)
         nf, nfx = len(float_c), len(float_x)
