@@ -1,7 +1,8 @@
 """`@burjit.compile`: the front door. Flatten, look up the cache, trace on a miss, run.
 
 Arguments are pytrees; keyword arguments are bound to their positions first (the fast path
-hands a keyword call to the general one). numpy arrays and numpy scalars are traced inputs;
+hands a keyword call to the general one); keyword-only parameters and **kwargs become two more
+arguments, a dict of their values and a static tuple of the static ones (`_bind`). numpy arrays and numpy scalars are traced inputs;
 Python bool/int/float leaves (and arguments listed in static_argnums or static_argnames) are
 static: they are baked into the graph and are part of the cache key, by type and bit pattern (so 1, 1.0 and True, or 0.0 and -0.0,
 trace apart, and a NaN hits its own entry). Each compiled function keeps at most
@@ -89,7 +90,10 @@ class CompiledFunction:
         if backend is not None:
             _lookup_backend(backend)
         self.backend = backend
-        self.static_argnums = _argnums(static_argnums, "static_argnums") + self._argnames(static_argnames)
+        self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        # None, or (for a function with keyword-only parameters or **kwargs) its static keyword names
+        self._keywords = self._keyword_params()
+        self.static_argnums = _argnums(static_argnums, "static_argnums") + self._argnames(self.static_argnames)
         self.donate_argnums = _argnums(donate_argnums, "donate_argnums")
         self.passes = passes
         if cache_size is None:
@@ -108,7 +112,7 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         """The general call; the fast path (type(self).__call__, once known) comes here for
         arguments of another signature, and for keyword arguments."""
-        if kwargs:
+        if kwargs or self._keywords is not None:
             args = self._bind(args, kwargs)
         key, arrays = self._signature(args)
         entry = self._cache.get(key)
@@ -125,14 +129,16 @@ class CompiledFunction:
         # copy, deepcopy and pickle give a fresh compiled function of the same step (compiled code
         # is process-local: the copy compiles again on first use, or hits the disk cache).
         return (CompiledFunction, (self.fn, self.backend, self.static_argnums, self.donate_argnums,
-                                   self.passes, self.cache_size, self.tier))
+                                   self.passes, self.cache_size, self.tier, self.static_argnames))
 
     # -- inspection (for the given arguments' signature, or the last one called) ----------------
-    def lower(self, *args):
-        if not args:
+    def lower(self, *args, **kwargs):
+        if not args and not kwargs:
             if self._last is None:
                 raise TracingError("call the step (or pass example arguments) before inspecting it")
             return self._last
+        if kwargs or self._keywords is not None:
+            args = self._bind(args, kwargs)
         key, arrays = self._signature(args)
         entry = self._cache.get(key)
         if entry is None:
@@ -175,39 +181,61 @@ class CompiledFunction:
             raise TypeError(f"{self.__name__}: its signature cannot be read, so it takes no keyword "
                             "arguments or static_argnames") from None
 
+    def _keyword_params(self):
+        """None for a function whose parameters all have positions; else the static_argnames that
+        name its keyword-only parameters (or keys of its **kwargs). Such a function's calls are
+        always bound (`_bind`)."""
+        try:
+            params = self._fn_signature.parameters.values()
+        except TypeError:
+            return None
+        kinds = {p.kind for p in params}
+        if not kinds & {inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD}:
+            return None
+        ordinary = {p.name for p in params if p.kind in _ORDINARY}
+        return frozenset(n for n in self.static_argnames if n not in ordinary)
+
     def _argnames(self, names):
-        """static_argnames as positions: a keyword argument is bound to its position first."""
-        names = (names,) if isinstance(names, str) else tuple(names)
+        """static_argnames of ordinary parameters as positions (a keyword argument is bound to its
+        position first); those of keyword-only ones stay names (`_keywords`)."""
         if not names:
             return ()
         params = list(self._fn_signature.parameters.values())
-        ordinary = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        var_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
         nums = []
         for name in names:
             where = [i for i, p in enumerate(params) if p.name == name]
-            if not where or params[where[0]].kind not in ordinary:
-                raise ValueError(f"static_argnames: {self.__name__} has no ordinary parameter {name!r}")
-            nums.append(where[0])
+            if where and params[where[0]].kind in _ORDINARY:
+                nums.append(where[0])
+            elif not (where and params[where[0]].kind is inspect.Parameter.KEYWORD_ONLY) and not var_keyword:
+                raise ValueError(f"static_argnames: {self.__name__} has no parameter {name!r}")
         return tuple(nums)
 
     def _bind(self, args, kwargs):
-        """Keyword arguments (and then defaults) moved to their positions: a call is its positions."""
+        """Keyword arguments (and then defaults) moved to their positions: a call is its positions.
+        A function with keyword-only parameters or **kwargs gets two more, last: a dict of the
+        keyword values given, traced like any argument, and a tuple of (name, value) of the static
+        ones (a static argument)."""
         try:
             bound = self._fn_signature.bind(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{self.__name__}: {e}") from None
+        kw = bound.kwargs  # those given: the others keep fn's defaults, which may be of any type
         bound.apply_defaults()
-        if bound.kwargs:
-            raise TypeError(f"{self.__name__}: keyword-only parameters and **kwargs are not supported "
-                            f"({', '.join(bound.kwargs)}); make them ordinary parameters")
-        return bound.args
+        if self._keywords is None:
+            return bound.args
+        return bound.args + ({k: v for k, v in kw.items() if k not in self._keywords},
+                             tuple(sorted((k, kw[k]) for k in self._keywords if k in kw)))
 
     def _positions(self, n):
         """(static, donated) argument positions for a call with n arguments; negatives count from the end."""
         nums = self._nums.get(n)
         if nums is None:
-            nums = self._nums[n] = tuple(frozenset(i % n if -n <= i < 0 else i for i in s)
-                                         for s in (self.static_argnums, self.donate_argnums))
+            m = n if self._keywords is None else n - 2  # the positions before the keywords' (`_bind`)
+            nums = tuple(frozenset(i % m if -m <= i < 0 else i for i in s) for s in (self.static_argnums, self.donate_argnums))
+            if self._keywords is not None:
+                nums = (nums[0] | {n - 1}, nums[1])
+            self._nums[n] = nums
             if nums[0] & nums[1]:
                 raise ValueError(f"arguments {sorted(nums[0] & nums[1])} are both static and donated")
         return nums
@@ -234,13 +262,18 @@ class CompiledFunction:
         whose values are part of the signature."""
         make = getattr(entry.executable, "fast_path", None)
         entry.fast = None
-        if make is None or self._positions(len(args))[0]:
+        static, donated = self._positions(len(args))
+        if self._keywords is not None:  # only a call with no keywords: its two keyword arguments are empty
+            if args[-2] or args[-1]:
+                return None
+            args, static = args[:-2], static - {len(args) - 1}
+        if make is None or static:
             return None
         trees = [self._flatteners[i][2] for i in range(len(args))]
         if not all(type(x) is np.ndarray or isinstance(x, np.generic)
                    for td, a in zip(trees, args) for x in pytree.flatten(a)[0]):
             return None
-        given = self._returned_whole(entry, trees)
+        given = self._returned_whole(entry, trees, donated)
         result, consts = pytree.rebuild_source(entry.out_tree, {m: f"a[{d}]" for m, d in given.items()})
         scope, items, general = {"G": CompiledFunction.__call__, "c": consts}, [], "G(self, *a)"
         # unpacking checks the argument count (free unless it fails): cheaper than len(a) == n
@@ -258,7 +291,7 @@ class CompiledFunction:
         entry.fast = make(prelude=(scope, "self, *a, **k", lines, result, general))
         return entry.fast
 
-    def _returned_whole(self, entry, trees):
+    def _returned_whole(self, entry, trees, donated):
         """{top-level result position m: donated argument d} where the step returns argument d
         whole: the same structure, each leaf the donated input leaf it was updated into. On the
         fast path those leaves are the caller's own arrays, so the result holds the caller's
@@ -268,7 +301,7 @@ class CompiledFunction:
         if out == pytree.LEAF or out[0] not in ("tuple", "list"):
             return {}
         starts = np.cumsum([0] + [pytree.num_leaves(td) for td in trees]).tolist()
-        donated, aliases, given, at = set(self._positions(len(trees))[1]), entry.graph.aliases, {}, 0
+        aliases, given, at = entry.graph.aliases, {}, 0
         for m, td in enumerate(out[2]):
             n = pytree.num_leaves(td)
             for d in donated - set(given.values()):
@@ -316,7 +349,8 @@ class CompiledFunction:
                     del self._flatteners[i]
                     return self._signature(args)
                 else:
-                    raise TracingError(f"argument {i}: unsupported leaf of type {type(leaf).__name__} "
+                    what = "keyword arguments" if self._keywords is not None and i == len(args) - 2 else f"argument {i}"
+                    raise TracingError(f"{what}: unsupported leaf of type {type(leaf).__name__} "
                                        "(use numpy arrays, Python scalars, or static_argnums)")
             key.append(tuple(sig))
         if donated:
@@ -362,7 +396,10 @@ class CompiledFunction:
                     else:
                         new.append(leaf)
                 traced.append(pytree.unflatten(td, new))
-            result = self.fn(*traced)
+            if self._keywords is None:
+                result = self.fn(*traced)
+            else:
+                result = self.fn(*traced[:-2], **traced[-2], **dict(traced[-1]))
             out_leaves, out_tree = pytree.flatten(result)
             outs = []
             for leaf in out_leaves:
@@ -416,7 +453,8 @@ def compile(fn=None, *, backend=None, static_argnums=(), donate_argnums=(), pass
     """Compile a whole step. Use as @compile or @compile(backend="reference", donate_argnums=0).
 
     Keyword arguments bind to their parameters' positions (then defaults fill the rest), so
-    static_argnums and donate_argnums count them too; static_argnames names static parameters.
+    static_argnums and donate_argnums count them too; static_argnames names static parameters,
+    keyword-only ones (and keys of **kwargs) included.
     cache_size bounds how many signatures (shapes, dtypes, static values) stay compiled at once.
     tier ("auto", "straight" or "tape") says how scalar programs run, over $BURJIT_TIER."""
     if fn is None:
@@ -449,6 +487,9 @@ def _check_donated(donated, arrays, views):
             if i is not None:
                 raise ValueError(f"an array of donated argument {i} shares memory with another argument (the "
                                  "same array or a view of it); it would be overwritten while still being read")
+
+
+_ORDINARY = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def _argnums(x, what):

@@ -106,10 +106,45 @@ def test_keyword_arguments_and_static_argnames(backend):
     np.testing.assert_allclose(f(w, x, act="tanh"), 2 * np.tanh(x))
     with pytest.raises(TypeError, match="f: got an unexpected keyword argument 'y'"):
         f(w, x, y=1)
-    with pytest.raises(ValueError, match="has no ordinary parameter 'b'"):
+    with pytest.raises(ValueError, match="has no parameter 'b'"):
         burjit.compile(lambda a: a, static_argnames="b")
-    with pytest.raises(TypeError, match="keyword-only parameters"):
-        burjit.compile(lambda a, *, k: a + k)(np.ones(1), k=np.ones(1))
+
+
+def test_keyword_only_parameters_and_var_keywords(backend):
+    """They are traced like positions (arrays inputs, Python scalars static), static_argnames
+    names them too, and grad's argnums and donation still count positions."""
+    calls = []
+
+    @burjit.compile(backend=backend, static_argnames=("mode", "extra"))
+    def f(x, *rest, lr=0.5, mode="add", **kw):
+        calls.append(mode)
+        y = x + lr * sum(rest) if mode == "add" else x * lr
+        return y + sum(kw.get(k, 0.0) for k in sorted(kw) if k != "extra") + len(kw.get("extra", ""))
+
+    x, r = np.ones(2), np.array([1.0, 2.0])
+    assert np.array_equal(f(x, r), [1.5, 2.0])
+    assert np.array_equal(f(x, r, lr=np.array(2.0)), [3.0, 5.0])  # an array: traced, one entry for all values
+    assert np.array_equal(f(x, r, lr=np.array(1.0)), [2.0, 3.0])
+    assert np.array_equal(f(x, r, mode="scale"), [0.5, 0.5])  # a str, static by name
+    assert np.array_equal(f(x, r, r, b=np.ones(2), extra="ab"), [5.0, 6.0])  # **kwargs, one static
+    assert calls == ["add", "add", "scale", "add"]
+    p = np.ones(3)
+    step = burjit.compile(lambda p, g, *, lr: p - lr * g, backend=backend, donate_argnums=-1)
+    assert step(np.ones(3), p, lr=np.array(0.5)) is p  # -1: the last position, not the keywords
+    assert np.array_equal(p, [0.5] * 3)
+    plain = burjit.compile(lambda p, g, *, lr=0.25: p - lr * g, backend=backend, donate_argnums=1)
+    for _ in range(2):  # no keywords given: the second call takes the fast path
+        assert plain(np.ones(3), p) is p
+    assert np.array_equal(p, [1 - 0.25 * (1 - 0.25 * 0.5)] * 3)
+    if backend == "native":  # the backend with a fast path
+        assert type(plain).__call__ is not burjit.jit.CompiledFunction.__call__
+    assert np.array_equal(plain(np.ones(3), np.ones(3), lr=np.array(1.0)), [0.0] * 3)  # then a keyword again
+    with pytest.raises(burjit.TracingError, match="keyword arguments: unsupported leaf of type str"):
+        f(x, r, b="no")
+    g = burjit.compile(burjit.grad(lambda x, *, w: F.sum(x * w)))(np.ones(2), w=np.array([3.0, 4.0]))
+    assert np.array_equal(g, [3.0, 4.0])
+    with pytest.raises(ValueError, match="has no parameter 'c'"):
+        burjit.compile(lambda a, *, k: a, static_argnames="c")
 
 
 def test_donation_counts_a_keyword_argument_at_its_position():
