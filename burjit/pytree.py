@@ -19,14 +19,23 @@ _NODES = {}  # type -> (flatten: x -> (children, aux, keys), unflatten: (aux, ch
 
 def register(node_type, flatten, unflatten):
     """Make `node_type` a pytree node (JAX's register_pytree_node): flatten(x) -> (children,
-    aux) with aux hashable, unflatten(aux, children) -> x. Children are named by index."""
+    aux) with aux hashable, unflatten(aux, children) -> x. Children are named by index. A type
+    is registered once (a second registration would change the trees already cached)."""
     if not isinstance(node_type, type):
         raise TypeError(f"register: node_type must be a class, got {node_type!r}")
+    if node_type in (dict, list, tuple, type(None)) or node_type in _NODES:
+        raise ValueError(f"register: {node_type.__name__} is a pytree node already")
+    if not (callable(flatten) and callable(unflatten)):
+        raise TypeError(f"register: flatten and unflatten must be callables, got {type(flatten).__name__} "
+                        f"and {type(unflatten).__name__}")
+    name = node_type.__name__
 
     def flat(x):
-        children, aux = flatten(x)
-        children = tuple(children)
-        return children, aux, tuple(range(len(children)))
+        out = flatten(x)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError(f"tree.register: {name}'s flatten must return (children, aux), got {type(out).__name__}")
+        children = tuple(out[0])
+        return children, out[1], tuple(range(len(children)))
     _NODES[node_type] = (flat, unflatten)
 
 

@@ -152,3 +152,25 @@ def test_donation_counts_a_keyword_argument_at_its_position():
     p = np.ones(3)
     out = step(g=np.ones(3), p=p)
     assert out is p and np.array_equal(p, [0.5] * 3)
+
+
+def test_register_refuses_what_would_break_later():
+    class Bad:
+        def __init__(self, aux):
+            self.aux = aux
+
+    with pytest.raises(TypeError, match="node_type must be a class"):
+        tree.register(Bad(1), lambda b: ((), None), lambda a, c: None)
+    with pytest.raises(ValueError, match="dict is a pytree node already"):
+        tree.register(dict, lambda d: ((), None), lambda a, c: {})
+    with pytest.raises(ValueError, match="Box is a pytree node already"):
+        tree.register(Box, lambda b: ((), None), lambda a, c: None)
+    with pytest.raises(TypeError, match="must be callables, got function and NoneType"):
+        tree.register(Bad, lambda b: ((), None), None)
+    tree.register(Bad, lambda b: b.aux, lambda aux, children: Bad(aux))
+    with pytest.raises(TypeError, match=r"Bad's flatten must return \(children, aux\), got int"):
+        tree.flatten(Bad(3))
+    with pytest.raises(TypeError, match=r"a Bad's static part .* is not hashable"):
+        burjit.compile(lambda b: 1.0)(Bad(([np.ones(1)], [1])))
+    leaves, td = tree.flatten(Bad(((np.ones(1),), "ok")))  # a well-formed pair is accepted
+    assert len(leaves) == 1 and tree.unflatten(td, leaves).aux == "ok"
