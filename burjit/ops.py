@@ -257,6 +257,8 @@ def clip(x, lo=None, hi=None):
 def var(x, axis=None, ddof=0, keepdims=False):
     """numpy.var: the mean squared deviation, divided by n - ddof instead of n (two passes, so no
     cancellation between E[x^2] and E[x]^2)."""
+    if not isinstance(ddof, (int, np.integer)) or isinstance(ddof, bool):
+        raise TypeError(f"{describe(user_src())}\n  var/std: ddof must be an int, got {ddof!r}")
     (x,) = _promote([lift(x)], floating=True)
     n = int(np.prod([x.shape[a] for a in _axes(x, axis)], dtype=np.int64))
     d = x - mean(x, axis, keepdims=True)

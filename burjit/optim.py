@@ -53,18 +53,27 @@ def constant(value):
     return lambda count: value
 
 
+def _updates(name, what, n, least=1):
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < least:
+        raise ValueError(f"{name}: {what} must be an int >= {least} (a number of updates), got {n!r}")
+    return n
+
+
 def linear(start, end, steps):
     """start -> end linearly over `steps` updates, then end: a linear warmup from 0, say."""
+    _updates("linear", "steps", steps)
     return lambda count: start + (end - start) * F.minimum(F.astype(count, "float64") / steps, 1.0)
 
 
 def cosine_decay(init, steps, end=0.0):
     """init -> end along half a cosine over `steps` updates, then end (Loshchilov & Hutter's SGDR)."""
+    _updates("cosine_decay", "steps", steps)
     return lambda count: end + (init - end) * 0.5 * (1.0 + F.cos(math.pi * F.minimum(F.astype(count, "float64") / steps, 1.0)))
 
 
 def step_decay(init, every, factor):
     """init * factor ** (count // every): torch's StepLR."""
+    _updates("step_decay", "every", every)
     return lambda count: init * factor ** F.astype(F.astype(F.astype(count, "float64") / every, "int64"), "float64")
 
 
@@ -72,6 +81,9 @@ def join(schedules, boundaries):
     """schedules[i] from boundaries[i - 1] on, counting from there (optax.join_schedules)."""
     if len(schedules) != len(boundaries) + 1:
         raise ValueError(f"join: {len(schedules)} schedules need {len(schedules) - 1} boundaries, got {len(boundaries)}")
+    for a, b in zip([0] + list(boundaries), boundaries):
+        if _updates("join", "a boundary", b, 0) < a:
+            raise ValueError(f"join: boundaries must not decrease, got {list(boundaries)}")
 
     def schedule(count):
         value = schedules[0](count)
@@ -83,6 +95,10 @@ def join(schedules, boundaries):
 
 def warmup_cosine(peak, warmup, steps, end=0.0, start=0.0):
     """Linear warmup start -> peak over `warmup` updates, then cosine decay to `end` at `steps`."""
+    if _updates("warmup_cosine", "warmup", warmup, 0) >= _updates("warmup_cosine", "steps", steps):
+        raise ValueError(f"warmup_cosine: warmup ({warmup}) must be shorter than steps ({steps})")
+    if not warmup:
+        return cosine_decay(peak, steps, end)
     return join([linear(start, peak, warmup), cosine_decay(peak, steps - warmup, end)], [warmup])
 
 

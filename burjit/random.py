@@ -16,7 +16,8 @@ import math
 import numpy as np
 
 from . import ops as F
-from .tracer import bind, lift
+from .errors import TracingError
+from .tracer import bind, describe, lift, user_src
 
 __all__ = ["key", "split", "bits", "uniform", "normal", "bernoulli", "threefry2x32"]
 
@@ -40,6 +41,9 @@ def _rotl(x, r):
 def threefry2x32(k, x0, x1):
     """Threefry-2x32 of the counter words (x0, x1) (int32 arrays of one shape) under key k."""
     k = lift(k)
+    if (k.shape, k.dtype) != ((2,), "int32"):  # every generator comes here: one check names the misuse
+        raise TracingError(f"{describe(user_src())}\n  random: a key is an int32 array of shape (2,) (from "
+                           f"random.key(seed) or random.split), got {k.dtype}{list(k.shape)}")
     x0, x1 = lift(x0), lift(x1)
     k0, k1 = F.broadcast_to(k[0], x0.shape), F.broadcast_to(k[1], x0.shape)
     ks = [k0, k1, F._elementwise("xor", F._elementwise("xor", k0, k1), _PARITY)]

@@ -130,6 +130,8 @@ def test_errors_name_the_users_line():
         burjit.compile(lambda x: F.cumsum(x, 2))(np.zeros((2, 3)))
     with pytest.raises(ValueError, match=r"test_library_ops\.py:\d+: .*\n  clip needs lo or hi"):
         burjit.compile(lambda x: F.clip(x))(np.zeros(2))
+    with pytest.raises(TypeError, match=r"test_library_ops\.py:\d+: .*\n  var/std: ddof must be an int, got 'a'"):
+        burjit.compile(lambda x: F.std(x, ddof="a"))(np.zeros(2))
 
 
 def test_numpy_functions_on_traced_values_dispatch_to_ops():

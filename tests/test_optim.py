@@ -245,6 +245,21 @@ def test_accumulate_refuses_a_bad_k():
         optim.accumulate(optim.sgd(0.1), 0)
 
 
+def test_schedules_refuse_bad_lengths():
+    for make, what in ((lambda: optim.linear(0.0, 1.0, 0), "linear: steps"),
+                       (lambda: optim.cosine_decay(0.1, -5), "cosine_decay: steps"),
+                       (lambda: optim.step_decay(0.1, 2.5, 0.5), "step_decay: every"),
+                       (lambda: optim.warmup_cosine(0.1, -1, 10), "warmup_cosine: warmup")):
+        with pytest.raises(ValueError, match=what + " must be an int >= "):
+            make()
+    with pytest.raises(ValueError, match=r"warmup \(10\) must be shorter than steps \(10\)"):
+        optim.warmup_cosine(0.1, 10, 10)
+    with pytest.raises(ValueError, match=r"boundaries must not decrease, got \[5, 3\]"):
+        optim.join([optim.constant(1.0)] * 3, [5, 3])
+    no_warmup = burjit.compile(optim.warmup_cosine(0.1, 0, 10))
+    assert np.allclose([no_warmup(np.int64(c)) for c in (0, 5, 10)], [0.1, 0.05, 0.0])
+
+
 def test_chain_clips_before_the_optimizer():
     rng = np.random.default_rng(2)
     params, grads = _model(rng), [_model(rng)]

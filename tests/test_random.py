@@ -84,3 +84,11 @@ def test_dropout(backend):
     np.testing.assert_array_equal(burjit.compile(lambda k, x: nn.dropout(k, x, 0.5, train=False))(random.key(3), x), x)
     with pytest.raises(ValueError, match=r"test_random\.py:\d+: .*\n  dropout: rate must lie in"):
         burjit.compile(lambda k, x: nn.dropout(k, x, 1.0))(random.key(3), x)
+
+
+def test_a_wrong_key_names_the_users_line():
+    with pytest.raises(burjit.TracingError, match=r"test_random\.py:\d+: .*\n  random: a key is an int32 array "
+                                                  r"of shape \(2,\) .*, got float64\[3\]"):
+        burjit.compile(lambda k: random.uniform(k, (3,)))(np.ones(3))
+    with pytest.raises(burjit.TracingError, match=r"got int32\[2, 2\]"):
+        burjit.compile(lambda k: nn.dropout(random.split(k), np.ones(3), 0.5, True))(random.key(1))
