@@ -4,6 +4,7 @@ torch gives them, their lowering (one matmul) and their errors (naming the user'
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import burjit
 from burjit import ops as F
@@ -161,3 +162,18 @@ def test_errors_name_the_line(fn, shapes, error, message):
     with pytest.raises(error, match=message) as e:
         burjit.compile(fn, backend="reference")(*[np.ones(s) for s in shapes])
     assert "test_conv.py:" in str(e.value) and "lambda" in str(e.value)
+
+
+@given(data=st.data())
+def test_property_conv2d_and_max_pool2d_match_the_references(data):
+    """Drawn shapes, strides and paddings (the output at least 1x1), on the native backend."""
+    n, c, o = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    kh, kw = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    stride = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    padding = (data.draw(st.integers(0, kh // 2)), data.draw(st.integers(0, kw // 2)))  # pooling allows no more
+    h, w_ = data.draw(st.integers(max(kh - 2 * padding[0], 1), 7)), data.draw(st.integers(max(kw - 2 * padding[1], 1), 7))
+    x, w, b = _data(np.random.default_rng(data.draw(st.integers(0, 99))), "float64", (n, c, h, w_), (o, c, kh, kw), (o,))
+    conv, pool = burjit.compile(lambda x, w, b: (F.conv2d(x, w, b, stride, padding),
+                                                 F.max_pool2d(x, (kh, kw), stride, padding)))(x, w, b)
+    np.testing.assert_allclose(conv, conv2d_ref(x, w, b, stride, padding), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(pool, max_pool2d_ref(x, (kh, kw), stride, padding))

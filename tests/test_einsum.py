@@ -3,6 +3,7 @@ its errors (naming the user's line) and its lowering: a pair of operands is one 
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import burjit
 from burjit import ops as F
@@ -75,3 +76,18 @@ def test_errors_name_the_line(spec, shapes, message):
     with pytest.raises(burjit.ShapeError, match=message) as e:
         burjit.compile(f, backend="reference")(*[np.ones(s) for s in shapes])
     assert "test_einsum.py:" in str(e.value) and "# the line" in str(e.value)
+
+
+@given(data=st.data())
+def test_property_drawn_specs_match_numpy(data):
+    """Two operands over drawn letters (repeats, sums, broadcasts of size 1 included) and a drawn
+    output of letters that appear once in total or are kept, on the native backend."""
+    sizes = dict(zip("abcde", data.draw(st.lists(st.integers(1, 3), min_size=5, max_size=5))))
+    subs = [data.draw(st.lists(st.sampled_from("abcde"), max_size=3)) for _ in range(2)]
+    used = sorted(set(subs[0]) | set(subs[1]))
+    out = data.draw(st.permutations(used).map(lambda p: p[:data.draw(st.integers(0, len(p)))]))
+    spec = f"{''.join(subs[0])},{''.join(subs[1])}->{''.join(out)}"
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal([sizes[i] for i in s]) for s in subs]
+    np.testing.assert_allclose(burjit.compile(lambda a, b: F.einsum(spec, a, b))(*xs), np.einsum(spec, *xs),
+                               rtol=1e-12, atol=1e-12, err_msg=spec)
