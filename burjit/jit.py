@@ -18,7 +18,9 @@ that flattens the arguments by their known structure and hands the leaves to the
 which checks each of them (codegen/lowering.py); any other call, or a leaf the entry refuses,
 goes through `_signature`, the cache and, on a miss, tracing. The fast path is the compiled
 function's `__call__` itself: each CompiledFunction is the one instance of its own subclass, so
-a call runs one generated Python function, not a method that calls it (~0.1 us of ~0.5).
+a call runs one generated Python function, not a method that calls it (~0.1 us of ~0.5); it
+takes fn's own parameters where it can, so a keyword call binds for free and no **kwargs dict
+is made per call (~0.08 us).
 
 A backend is `build(graph) -> executable`, with `executable(inputs) -> outputs` (lists of
 arrays). It must raise before writing anything when a step fails. A `build` with a TIER
@@ -32,6 +34,8 @@ import collections
 import functools
 import inspect
 import os
+import re
+import weakref
 
 import numpy as np
 
@@ -254,12 +258,14 @@ class CompiledFunction:
         return leaves, known[1]
 
     def _fast_path(self, entry, args):
-        """A method (self, *args) -> the result of entry's step, or of the general call, with
-        nothing run, for args of another signature (or None: no fast path). It flattens args as
-        this call's flatteners did (another structure goes to the general call) and hands the leaves to the native entry, both in
-        the one function the executable's fast_path generates; the entry checks each leaf as
-        _signature would. Only for steps without static arguments or Python-scalar leaves,
-        whose values are part of the signature."""
+        """The type's __call__ (a staticmethod) -> the result of entry's step, or of the general
+        call, with nothing run, for args of another signature (or None: no fast path). It flattens
+        args as this call's flatteners did (another structure goes to the general call) and hands
+        the leaves to the native entry, both in the one function the executable's fast_path
+        generates; the entry checks each leaf as _signature would. It takes fn's own parameters
+        where it can (`_own_params`): Python then binds keywords for free and words its errors
+        as for fn; else (*a, **k), a keyword call going to the general one. Only for steps
+        without static arguments or Python-scalar leaves, whose values are part of the signature."""
         make = getattr(entry.executable, "fast_path", None)
         entry.fast = None
         static, donated = self._positions(len(args))
@@ -273,23 +279,54 @@ class CompiledFunction:
         if not all(type(x) is np.ndarray or isinstance(x, np.generic)
                    for td, a in zip(trees, args) for x in pytree.flatten(a)[0]):
             return None
+        # the general call gets the compiled function by a weak reference: no cycle through its type
+        scope, items = {"G": CompiledFunction.__call__, "s": weakref.ref(self), "D": _NOT_GIVEN}, []
+        own = self._own_params(len(args))
+        if own is not None:  # a parameter with a default is D when not given: given or not as traced, or general
+            names, required, optional = own
+            params = ", ".join(required + [f"{n}=D" for n in optional])
+            general = f"G(s(), {', '.join(names)})"
+            other = [f"{n} is D" for n in optional if n in names] + [f"{n} is not D" for n in optional if n not in names]
+            pairs = "".join(f"({n!r}, {n}), " for n in optional)
+            lines = [f"if {' or '.join(other)}: return G(s(), {''.join(f'{n}, ' for n in required)}"
+                     f"**{{k: v for k, v in ({pairs}) if v is not D}})"] if other else []
+        else:
+            names = [f"a{i}" for i in range(len(args))]
+            params, general = "*a, **k", "G(s(), *a)"
+            # unpacking checks the argument count (free unless it fails): cheaper than len(a) == n
+            lines = ["if k: return G(s(), *a, **k)"] + ([
+                "try:", f"    {''.join(f'{n}, ' for n in names)}= a", "except ValueError:",
+                f"    return {general}"] if args else [f"if a: return {general}"])
         given = self._returned_whole(entry, trees, donated)
-        result, consts = pytree.rebuild_source(entry.out_tree, {m: f"a[{d}]" for m, d in given.items()})
-        scope, items, general = {"G": CompiledFunction.__call__, "c": consts}, [], "G(self, *a)"
-        # unpacking checks the argument count (free unless it fails): cheaper than len(a) == n
-        lines = ["if k: return G(self, *a, **k)"] + ([
-            "try:", f"    {''.join(f'a{i}, ' for i in range(len(args)))}= a", "except ValueError:",
-            f"    return {general}"] if args else [f"if a: return {general}"])
+        result, scope["c"] = pytree.rebuild_source(entry.out_tree, {m: names[d] for m, d in given.items()})
         for i, td in enumerate(trees):  # a leaf argument goes in as it is: the entry checks its type
             if td == pytree.LEAF:
-                items.append(f"a{i}")
+                items.append(names[i])
                 continue
             scope[f"f{i}"] = pytree.flattener(td, leaves_checked=False)
-            lines += [f"l{i} = f{i}(a{i})", f"if l{i} is None: return {general}"]
+            lines += [f"l{i} = f{i}({names[i]})", f"if l{i} is None: return {general}"]
             items.append(f"*l{i}")
         lines.append(f"i = [{', '.join(items)}]")
-        entry.fast = make(prelude=(scope, "self, *a, **k", lines, result, general))
+        run = make(prelude=(scope, params, lines, result, general))
+        name = self.__name__ if isinstance(getattr(self, "__name__", None), str) else "step"
+        run.__name__ = run.__qualname__ = name  # its TypeErrors name fn, as fn's own would
+        entry.fast = staticmethod(run)
         return entry.fast
+
+    def _own_params(self, n):
+        """(fn's first n parameter names, those without defaults, those with), when all are
+        ordinary, all from n on have defaults, and no name is one the fast path's code uses."""
+        try:
+            params = list(self._fn_signature.parameters.values())
+        except TypeError:
+            return None
+        if (len(params) < n or any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+                or any(p.default is inspect.Parameter.empty for p in params[n:])
+                or any(_GENERATED.fullmatch(p.name) for p in params)):
+            return None
+        empty = inspect.Parameter.empty
+        return ([p.name for p in params[:n]], [p.name for p in params if p.default is empty],
+                [p.name for p in params if p.default is not empty])
 
     def _returned_whole(self, entry, trees, donated):
         """{top-level result position m: donated argument d} where the step returns argument d
@@ -490,6 +527,10 @@ def _check_donated(donated, arrays, views):
 
 
 _ORDINARY = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+# the names the fast path's code uses (jit's and codegen/native.py's fast_path): a parameter of
+# one of these names makes it take (*a, **k)
+_NOT_GIVEN = object()  # the default the fast path gives the parameters a call may leave out
+_GENERATED = re.compile(r"[GsDcikoarACE]|fail|run|dict|zip|[fladsE]\d+")
 
 
 def _argnums(x, what):

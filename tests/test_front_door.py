@@ -4,6 +4,7 @@ inspectors, copying and configuration errors (burjit/jit.py)."""
 import collections
 import copy
 import pickle
+import weakref
 
 import numpy as np
 import pytest
@@ -307,3 +308,30 @@ def test_each_compiled_function_keeps_its_own_fast_path():
         np.testing.assert_array_equal(square(x), x * x)
         np.testing.assert_array_equal(double(np.arange(4.0)), 2.0 * np.arange(4.0))  # another signature
     assert type(double).__name__ == "CompiledFunction" and type(copy.copy(double)) is not type(double)
+
+
+def test_the_fast_path_takes_the_functions_own_parameters(monkeypatch):
+    """Keyword calls bind on the fast path (no _signature), a default given or left out is a
+    signature of its own, Python's argument errors name the function, a parameter named like the
+    fast path's own locals still works, and nothing holds the compiled function in a cycle."""
+    def step(p, g, lr=0.25):
+        return p - lr * g
+
+    compiled, a, b = burjit.compile(step), np.ones(3), np.full(3, 2.0)
+    _warm(compiled, a, b)
+    calls = []
+    real = burjit.jit.CompiledFunction._signature
+    monkeypatch.setattr(burjit.jit.CompiledFunction, "_signature", lambda self, x: calls.append(1) or real(self, x))
+    assert np.array_equal(compiled(g=b, p=a), [0.5] * 3) and not calls
+    assert np.array_equal(compiled(a, b, lr=np.array(1.0)), [-1.0] * 3) and calls  # another signature
+    assert np.array_equal(compiled(a, b), [0.5] * 3)  # back: lr left out
+    for call, message in ((lambda: compiled(a, b, 1.0, 2), r"step\(\) takes from 2 to 3 positional arguments"),
+                          (lambda: compiled(a, z=b), r"step\(\) got an unexpected keyword argument 'z'")):
+        with pytest.raises(TypeError, match=message):
+            call()
+    reserved = burjit.compile(lambda i, o: i - o)  # i and o name the fast path's locals: it takes (*a, **k)
+    _warm(reserved, a, b)
+    assert np.array_equal(reserved(o=b, i=a), [-1.0] * 3)
+    ref = weakref.ref(compiled)
+    del compiled
+    assert ref() is None  # freed at once (its native code with it), not left to the cycle collector
