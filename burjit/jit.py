@@ -527,10 +527,10 @@ def _check_donated(donated, arrays, views):
 
 
 _ORDINARY = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-# the names the fast path's code uses (jit's and codegen/native.py's fast_path): a parameter of
-# one of these names makes it take (*a, **k)
+# the names the fast path's code reads (jit's and codegen/native.py's fast_path, pytree's
+# rebuild_source): a parameter of one of these names makes it take (*a, **k)
 _NOT_GIVEN = object()  # the default the fast path gives the parameters a call may leave out
-_GENERATED = re.compile(r"[GsDcikoarACE]|fail|run|dict|zip|[fladsE]\d+")
+_GENERATED = re.compile(r"[GsDciorACE]|fail|dict|zip|[flsd]\d+")
 
 
 def _argnums(x, what):
