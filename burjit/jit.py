@@ -527,9 +527,9 @@ def _check_donated(donated, arrays, views):
 
 
 _ORDINARY = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_NOT_GIVEN = object()  # the default the fast path gives the parameters a call may leave out
 # the names the fast path's code reads (jit's and codegen/native.py's fast_path, pytree's
 # rebuild_source): a parameter of one of these names makes it take (*a, **k)
-_NOT_GIVEN = object()  # the default the fast path gives the parameters a call may leave out
 _GENERATED = re.compile(r"[GsDciorACE]|fail|dict|zip|[flsd]\d+")
 
 
