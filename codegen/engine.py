@@ -112,7 +112,8 @@ def _optimised_object(ir_text, level=3, codegen=3, vectorise=True, more=()):
 
 def compiling(codegen_levels=(3,)):
     """A batch of compile jobs: `submit(raw IR text, optimisation level, codegen level[,
-    vectorise[, more]])` (_optimised_object's arguments), then `results()` -> [(object code,
+    vectorise[, more]][, first=True to queue it ahead of the others])` (_optimised_object's
+    arguments), then `results()` -> [(object code,
     seconds)] in order. In forked compile servers, as many at once as there are cores, where
     they are available (forked.py), so the optimiser's memory never joins this process's and the
     caller goes on while they work; else each job here, at submit.
@@ -132,7 +133,7 @@ class _InProcess:
     def __exit__(self, *exc):
         pass
 
-    def submit(self, *job):
+    def submit(self, *job, first=False):
         t0 = time.perf_counter()
         self.answers.append((_optimised_object(*job), time.perf_counter() - t0))
 

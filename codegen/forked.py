@@ -85,8 +85,10 @@ class Batch:
         finally:
             LOCK.release()
 
-    def submit(self, *args):
-        self.todo.append(len(self.args))
+    def submit(self, *args, first=False):
+        """Queue job(*args), ahead of the jobs still queued if `first` (the one the caller will
+        need last, when the rest are done: waiting for it then would be all the caller does)."""
+        (self.todo.appendleft if first else self.todo.append)(len(self.args))
         self.args.append(args)
         self.answers.append(None)
         self._pump(wait=False)

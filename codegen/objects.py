@@ -86,9 +86,10 @@ class StepBuild:
     def finish(self, key, driver, calls):
         """(driver object, [kernel report] as cached_step gives) once all have compiled; stores them.
         driver: [(IR text, (optimisation level, vectorise))], the step's modules, linked into one
-        object (one job: a compile server of its own cost a small step more than its LLVM time)."""
+        object (one job: a compile server of its own cost a small step more than its LLVM time),
+        queued ahead of the kernels still waiting: compiled last, it would be the whole wait."""
         (text, (level, vectorise)), *more = driver
-        self.batch.submit(text, level, DRIVER_CODEGEN, vectorise, [(t, *levels) for t, levels in more])
+        self.batch.submit(text, level, DRIVER_CODEGEN, vectorise, [(t, *levels) for t, levels in more], first=True)
         *built, (driver, _) = self.batch.results()
         for r, (obj, seconds) in zip([r for r in self.reports if r["object"] is None], built):
             r.update(object=obj, compile_s=seconds, source="compiled")

@@ -69,6 +69,20 @@ def test_parallel_compiles_give_the_objects_of_serial_ones_in_order(monkeypatch)
     assert all(seconds > 0 for _, seconds in got)
 
 
+def _clock(_):
+    return str(time.monotonic_ns()).encode()  # one clock for every process of the machine
+
+
+def test_a_job_submitted_first_overtakes_the_queued_ones_and_answers_keep_submission_order(monkeypatch):
+    monkeypatch.setenv("BURJIT_COMPILE_WORKERS", "1")
+    with forked.Batch(_clock) as batch:
+        for tag in "abc":  # a goes to the server at once, b and c wait
+            batch.submit(tag)
+        batch.submit("d", first=True)
+        a, b, c, d = (int(obj) for obj, _ in batch.results())
+    assert a < d < b < c
+
+
 def test_a_failing_job_among_others_raises_and_the_servers_stay_usable(monkeypatch):
     monkeypatch.setenv("BURJIT_COMPILE_WORKERS", "2")
     ir = _ir()
