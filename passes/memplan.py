@@ -248,21 +248,26 @@ def lower_bound(spans):
 
 
 def _place(plan, spans):
-    """Greedy by size: largest first, into the tightest gap among time-overlapping buffers.
-    It scans every buffer live at the same time, so past GREEDY_LIMIT values (unfused scalar
-    programs) the allocation is replayed in time order instead."""
+    """Greedy by size: largest first, into the tightest gap among time-overlapping buffers
+    (the first such gap from the bottom on a tie, else on top of them all). It scans every
+    buffer placed so far, as arrays: past GREEDY_LIMIT values (unfused scalar programs) the
+    allocation is replayed in time order instead."""
     if len(spans) > GREEDY_LIMIT:
         return _replay(plan, spans)
-    placed, top = [], 0
-    for s, e, b, n in sorted(spans, key=lambda x: (-x[2], x[0], x[3])):
-        busy = sorted((lo, hi) for lo, hi, ps, pe in placed if ps <= e and s <= pe)
-        best, cursor = None, 0
-        for lo, hi in busy:
-            if lo - cursor >= b and (best is None or lo - cursor < best[1]):
-                best = (cursor, lo - cursor)
-            cursor = max(cursor, hi)
-        offset = best[0] if best else cursor
-        placed.append((offset, offset + b, s, e))
+    lo, hi, first, last = (np.empty(len(spans), dtype=np.int64) for _ in range(4))  # the placed buffers
+    top = 0
+    for k, (s, e, b, n) in enumerate(sorted(spans, key=lambda x: (-x[2], x[0], x[3]))):
+        busy = (first[:k] <= e) & (s <= last[:k])
+        blo, bhi = lo[:k][busy], hi[:k][busy]
+        offset = 0
+        if blo.size:
+            order = np.lexsort((bhi, blo))
+            blo, bhi = blo[order], bhi[order]
+            cursor = np.maximum.accumulate(np.concatenate(([0], bhi)))  # the top of the buffers below each
+            gaps = blo - cursor[:-1]
+            fits = np.flatnonzero(gaps >= b)
+            offset = int(cursor[fits[np.argmin(gaps[fits])]]) if fits.size else int(cursor[-1])
+        lo[k], hi[k], first[k], last[k] = offset, offset + b, s, e
         plan.location[n] = ("arena", offset)
         top = max(top, offset + b)
     return top

@@ -90,6 +90,14 @@ def test_plans_never_overlap_live_values(ops):
         assert r["lower_bound"] <= r["arena_bytes"] <= r["naive_bytes"]
 
 
+def test_a_buffer_takes_the_tightest_gap_among_the_buffers_live_beside_it():
+    spans = [(0, 9, 512, "a"), (0, 1, 256, "b"), (0, 9, 256, "c"), (0, 1, 128, "d"), (0, 9, 128, "e"),
+             (5, 9, 128, "f")]  # from step 5 on, b's 256 bytes and d's 128 are free: f fits both
+    plan = memplan.MemoryPlan()
+    assert memplan._place(plan, spans) == 1280
+    assert {n: off for n, (_, off) in plan.location.items()} == dict(a=0, b=512, c=768, d=1024, e=1152, f=1024)
+
+
 def test_many_values_are_placed_in_time_order_near_the_bound():
     def loss(w):
         acc = w[0] * 0.0
