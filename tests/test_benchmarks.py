@@ -142,6 +142,17 @@ def test_front_door_prints_and_writes_every_case(tmp_path, capsys):
     assert all(r["case"] in printed for r in rows)
 
 
+def test_first_steps_times_three_batch_sizes_and_the_example_up_to_its_first_step(tmp_path, capsys):
+    from benchmarks import first_steps
+    out = tmp_path / "first.json"
+    first_steps.main(["--rounds", "1", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert [sorted(r) for r in result["runs"]["batches"]] == [["1", "16", "64"]]
+    assert len(result["runs"]["gpt_char"]) == 1 and len(result["medians"]) == 4
+    assert all(s > 0 for s in result["medians"].values())
+    assert "gpt_char.py" in capsys.readouterr().out
+
+
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on this machine")
 def test_exported_rows_run_exp1_from_c_and_from_load_with_its_published_answer(tmp_path, capsys):
     from benchmarks import exported
