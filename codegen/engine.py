@@ -113,9 +113,10 @@ def _optimised_object(ir_text, level=3, codegen=3, vectorise=True, more=()):
 def compiling(codegen_levels=(3,)):
     """A batch of compile jobs: `submit(raw IR text, optimisation level, codegen level[,
     vectorise[, more]][, first=True to queue it ahead of the others])` (_optimised_object's
-    arguments), then `results()` -> [(object code, seconds)] in order. In forked compile servers, as many at once as there are cores, where
-    they are available (forked.py), so the optimiser's memory never joins this process's and the
-    caller goes on while they work; else each job here, at submit.
+    arguments), then `results()` -> [(object code, seconds)] in order. In forked compile
+    servers, as many at once as there are cores, where they are available (forked.py), so the
+    optimiser's memory never joins this process's and the caller goes on while they work; else
+    each job here, at submit.
     Use it as a context manager; `codegen_levels` are the levels its jobs use."""
     for codegen in codegen_levels:
         target_machine(codegen)  # made once here, so every server inherits them instead of making its own
