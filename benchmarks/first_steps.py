@@ -21,8 +21,6 @@ from pathlib import Path
 
 BATCHES = r"""
 import json, time
-import numpy as np
-import burjit
 from benchmarks.workloads import burtorch_gpt
 from benchmarks.frameworks.burjit import Burjit
 fw = Burjit()
@@ -43,7 +41,7 @@ import os, runpy, sys
 import burjit.jit
 call = burjit.jit.CompiledFunction.__call__
 def first(self, *args, **kwargs):
-    out = call(self, *args, **kwargs)
+    call(self, *args, **kwargs)
     print("first step done", flush=True)
     os._exit(0)
 burjit.jit.CompiledFunction.__call__ = first
@@ -79,12 +77,10 @@ def main(argv=None):
     runs = {"batches": [], "gpt_char": []}
     for _ in range(args.rounds):  # alternating, so a slow spell of the machine hits both
         runs["batches"].append(batches())
-        if example.exists():
-            runs["gpt_char"].append(gpt_char(example))
+        runs["gpt_char"].append(gpt_char(example))
     med = {f"burtorch_gpt batch={b} float32, first call ({'cold' if b == 1 else 'after the batches before it'})":
            statistics.median(r[b] for r in runs["batches"]) for b in (1, 16, 64)}
-    if runs["gpt_char"]:
-        med["examples/gpt_char.py: launch to end of first step, cold cache"] = statistics.median(runs["gpt_char"])
+    med["examples/gpt_char.py: launch to end of first step, cold cache"] = statistics.median(runs["gpt_char"])
     width = max(map(len, med))
     print(f"medians of {args.rounds} alternating rounds, each a fresh process")
     for name, s in med.items():

@@ -86,8 +86,9 @@ class Batch:
             LOCK.release()
 
     def submit(self, *args, first=False):
-        """Queue job(*args), ahead of the jobs still queued if `first` (the one the caller will
-        need last, when the rest are done: waiting for it then would be all the caller does)."""
+        """Queue job(*args) behind the jobs still queued, or ahead of them if `first`: for a job
+        submitted last that the caller waits for with the rest, which behind them would compile
+        alone at the end."""
         (self.todo.appendleft if first else self.todo.append)(len(self.args))
         self.args.append(args)
         self.answers.append(None)
