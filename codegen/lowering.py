@@ -12,14 +12,16 @@ range) before anything a caller can see was written:
   * computed index operands are checked by their kernel as it runs; the executable then
     restores the donated buffers listed in `backup` (those the plan updates in place).
 Each distinct kernel with loops is a function in a module of its own (`kernels`: symbol -> IR
-text), called from the step with buffer pointers, so kernels compile apart, in parallel, and
-are cached one by one (objects.py); its pointer parameters are `noalias` (the plan never overlaps
-two values live in one kernel), which is what lets LLVM vectorise it. A kernel's identity is what
-its code depends on (its programs' ops, shapes, dtypes and index forms; buffers as parameter
-positions, never arena offsets), so repeated layers, batch sizes sharing a shape and other steps
-of the process share one function, its IR built once. BURJIT_CHECK_KERNELS=1 builds the IR of
-every call anyway and fails if two calls of one identity would emit different code (the test
-suite runs so). One-element kernels (scalar graphs) are emitted straight into the step as SSA code,
+text), called from the step with buffer pointers and trip counts, so kernels compile apart, in
+parallel, and are cached one by one (objects.py); its pointer parameters are `noalias` (the plan
+never overlaps two values live in one kernel), which is what lets LLVM vectorise it. A kernel's
+identity is what its code depends on (its programs' ops, shapes, dtypes and index forms; buffers
+as parameter positions, never arena offsets), less the trip counts the step passes at run time
+(each at least 1: a program's outer loop, Program.count, a product's rows or batch count, a
+gather's or scatter's indices), so repeated layers, other batch sizes and other steps of the
+process share one function, its IR built once. BURJIT_CHECK_KERNELS=1 builds the IR of every
+call anyway and fails if two calls of one identity would emit different code (the test suite
+runs so). One-element kernels (scalar graphs) are emitted straight into the step as SSA code,
 or, when large (or BURJIT_TIER says), run by the tape interpreter over records the executable
 holds, their address in the arena's last bytes (tape.py; `tapes`: group index -> Tape, chosen at
 construction since their registers take arena bytes).
@@ -40,7 +42,7 @@ from burjit.passes.memplan import ALIGN
 from . import abi, kernels, loops, tape
 from . import bodies as loop_bodies
 from .emitter import Emitter
-from .matmul import matmul
+from .matmul import MR, matmul
 from .program import Program, running_totals
 from .types import I1, I8, I32, I64, constant_global, declare
 
@@ -543,8 +545,18 @@ class Lowering:
             batch = math.prod(a["shape"][:-2])
             M, N, K = a["shape"][-2], a["shape"][-1], g[x]["shape"][-1]
             refs = [self.ref(x), self.ref(y), self.ref(head)]
-            self._kernel(b, refs, lambda kb, ptr: matmul(kb, [ptr(r) for r in refs], a["dtype"], batch, M, K, N),
-                         False, lambda slot: ("matmul", a["dtype"], batch, M, K, N, tuple(map(slot, refs))))
+            # the sizes a batch reaches, passed at run time: the count of a batched product (attention's
+            # per-head ones), or the rows of a single one, if at least MR (activations times weights).
+            # Weight gradients contract over the batch, but a run-time K cost BurTorch's GPT steps 2-4%
+            sizes = [batch, M]
+            run_time = [] if not (batch and M and N) else [0] if batch > 1 else [1] if M >= MR else []
+            ident = tuple(None if k in run_time else s for k, s in enumerate(sizes))
+
+            def emit(kb, ptr, n):
+                given = dict(zip(run_time, n))
+                matmul(kb, [ptr(r) for r in refs], a["dtype"], *(given.get(k, s) for k, s in enumerate(sizes)), K, N)
+            self._kernel(b, refs, emit, False, lambda slot: ("matmul", a["dtype"], *ident, K, N, tuple(map(slot, refs))),
+                         [sizes[k] for k in run_time])
         elif kind in ("gather", "scatter"):
             data, idx = g.operands(head)
             refs = [self.ref(data), self.ref(idx), self.ref(head)]
@@ -553,10 +565,12 @@ class Lowering:
             size = g[data]["shape"][0] if kind == "gather" else a["attrs"]["n"]
             emit = kernels.take if kind == "gather" else kernels.scatter_add
             code = self._fallible.get(head)
-            self._kernel(b, refs, lambda kb, ptr: emit(
-                kb, [ptr(r) for r in refs], a["dtype"], g[idx]["dtype"], count, row_len, size,
+            counts = [count] if count > 1 and row_len else []
+            self._kernel(b, refs, lambda kb, ptr, n: emit(
+                kb, [ptr(r) for r in refs], a["dtype"], g[idx]["dtype"], *n or [count], row_len, size,
                 None if code is None else (lambda cb, cond: self._fail_if(cb, cond, code))), code is not None,
-                lambda slot: (kind, a["dtype"], g[idx]["dtype"], count, row_len, size, code, tuple(map(slot, refs))))
+                lambda slot: (kind, a["dtype"], g[idx]["dtype"], None if counts else count, row_len, size, code,
+                              tuple(map(slot, refs))), counts)
         elif a["op"] == "pad":
             self._run(b, kernels.pad_programs(self, head))
         else:  # concatenate
@@ -589,39 +603,50 @@ class Lowering:
                 p.emit(b, lambda r: self._main_ptr(b, r))
             return
         refs = [r for p in programs for r in p.refs()]
-        self._kernel(b, refs, lambda kb, ptr: [p.emit(kb, ptr) for p in programs], False,
-                     lambda slot: ("programs", tuple(p.signature(slot) for p in programs)))
+        counts = [p.count() for p in programs]
+
+        def emit(kb, ptr, n):
+            n = iter(n)
+            for p, c in zip(programs, counts):
+                p.emit(kb, ptr, None if c is None else next(n))
+        self._kernel(b, refs, emit, False, lambda slot: ("programs", tuple(p.signature(slot) for p in programs)),
+                     [c[0] for c in counts if c is not None])
 
     def _run_tape(self, b, gi, t):
         """Run tape t: its records' and runs' addresses and its registers in the arena (tape.py).
         The records stay out of the IR: a 10^6-record tape is 16 MB, 60 MB as IR text for LLVM."""
         records, runs = (b.load(self._main_ptr(b, ("arg", self.arena_slot, self.record_slots[gi] + k)), typ=PTR)
                          for k in (0, 8))
-        symbol = self._function((("tape", t.per_run, t.table), self._target), 4, lambda kb, params: t.interpreter(kb, *params))
+        symbol = self._function((("tape", t.per_run, t.table), self._target), [PTR] * 4,
+                                lambda kb, params: t.interpreter(kb, *params))
         regs = self._main_ptr(b, ("arg", self.arena_slot, self.tape_offset))
         b.call(declare(self.mod, symbol, I32, [PTR] * 4), [self._argv, records, runs, regs])
 
-    def _kernel(self, b, refs, body, fallible, describe):
-        """Call the kernel body(builder, ptr) over one noalias pointer per distinct buffer of `refs`.
+    def _kernel(self, b, refs, body, fallible, describe, counts=()):
+        """Call the kernel body(builder, ptr, n) over one noalias pointer per distinct buffer of
+        `refs`, then one i64 per trip count in `counts`, which body gets as values `n`.
 
-        describe(slot) -> the kernel's identity, given each buffer's parameter position slot(ref):
-        calls of one identity share one function, whose IR is built on the first call alone.
+        describe(slot) -> the kernel's identity, given each buffer's parameter position slot(ref)
+        and leaving the counts out: calls of one identity share one function, whose IR is built
+        on the first call alone, so counts passed at run time let batch sizes share kernels.
         Kernels stay out of line: inlining hundreds of vectorised loop nests into the step
         doubled O3 time (GPT test model: 9 s -> 4.6 s first call) for no measurable gain."""
         uniq = list(dict.fromkeys(refs))
         slots = {r: k for k, r in enumerate(uniq)}
-        symbol = self._function((describe(slots.__getitem__), self._target), len(uniq),
-                                lambda kb, params: body(kb, dict(zip(uniq, params)).__getitem__))
-        rc = b.call(declare(self.mod, symbol, I32, [PTR] * len(uniq)), [self._main_ptr(b, r) for r in uniq])
+        params = [PTR] * len(uniq) + [I64] * len(counts)
+        symbol = self._function((describe(slots.__getitem__), self._target), params,
+                                lambda kb, args: body(kb, dict(zip(uniq, args)).__getitem__, args[len(uniq):]))
+        rc = b.call(declare(self.mod, symbol, I32, params),
+                    [self._main_ptr(b, r) for r in uniq] + [I64(c) for c in counts])
         if fallible:
             self._fail_if(b, b.icmp_unsigned("!=", rc, I32(0)), rc)
 
-    def _function(self, identity, n_params, body):
+    def _function(self, identity, params, body):
         """The symbol of the kernel `identity` stands for, its module built by body(builder,
-        params) on its first call in this process; counted as one more call."""
+        args) on its first call in this process; counted as one more call."""
         known = _KNOWN.get(identity)
         if known is None or self._check:
-            built = self._kernel_module(n_params, body)
+            built = self._kernel_module(params, body)
             if known is not None and known != built:
                 raise AssertionError(f"kernel identity {identity!r} stands for two different kernels")
             known = _remember(identity, built)
@@ -637,14 +662,18 @@ class Lowering:
                 self._on_kernel(symbol, text)
         self.calls[symbol] += calls
 
-    def _kernel_module(self, n_params, body):
-        """(symbol, IR text) of a module holding one kernel `i32 symbol(ptr noalias x n_params)`;
-        the symbol is named for a hash of the text, so equal code is one symbol everywhere."""
+    def _kernel_module(self, params, body):
+        """(symbol, IR text) of a module holding one kernel `i32 symbol(params)`, its pointers
+        noalias; the symbol is named for a hash of the text, so equal code is one symbol everywhere."""
         mod = _module("kernel", self._target)
-        fn = ir.Function(mod, ir.FunctionType(I32, [PTR] * n_params), name="kernel")
+        fn = ir.Function(mod, ir.FunctionType(I32, params), name="kernel")
         for arg in fn.args:
-            arg.add_attribute("noalias")
+            if arg.type == PTR:
+                arg.add_attribute("noalias")
         kb = ir.IRBuilder(fn.append_basic_block("entry"))
+        for arg in fn.args:
+            if arg.type == I64:  # a trip count, at least 1
+                kb.call(declare(mod, "llvm.assume", ir.VoidType(), [I1]), [kb.icmp_unsigned("!=", arg, I64(0))])
         body(kb, fn.args)
         kb.ret(I32(0))
         text = str(mod)

@@ -6,7 +6,8 @@ MR * NV FMAs, so each loaded element is used MR or NV times. K is split into blo
 and rows into panels of MC: a panel of A (MC x KC, in L2) meets every strip of B (KC x NR,
 in L1) in turn, and each strip serves the whole panel before the next is loaded. Rows and columns that do not fill a
 block go through a plain i-k-j loop (vectorised by LLVM along j), which is also what tiny
-products use. All shapes are static, so every bound is a constant.
+products use. The batch count and M may be values passed at run time (lowering.py), so that
+one function serves every batch size; the code around them is then the general case.
 """
 
 from llvmlite import ir
@@ -21,38 +22,55 @@ KC = 256
 MC = 64
 
 
-def _layout(dtype, M, N):
-    """(W, NV): lanes per vector and vectors per block row for these sizes on this host."""
+def _layout(dtype, N):
+    """(W, NV): lanes per vector and vectors per block row for N columns on this host."""
     w = vector_bytes() // ITEMSIZE[dtype]
     while w > 1 and w > N:
         w //= 2
     return w, (2 if N >= 2 * w else 1)
 
 
+def _value(x):
+    return x if isinstance(x, ir.Value) else I64(x)
+
+
 def matmul(b, ptrs, dtype, batch, M, K, N):
+    """batch: an int, or an i64 value of at least 1; M: an int, or an i64 value of at least MR;
+    K and N: ints."""
     A, B, C = ptrs
     if not (batch and M and N):
         return
-    W, NV = _layout(dtype, M, N)
+    W, NV = _layout(dtype, N)
     NR = W * NV
-    Mb, Nb = (M // MR * MR, N // NR * NR) if W > 1 and M >= MR and K else (0, 0)
+    rows = isinstance(M, ir.Value)
+    Nb = N // NR * NR if W > 1 and K and (rows or M >= MR) else 0
+    # With one block along K, rows M - MR.. M go in a last register block, which may overlap
+    # the one before: the rows they share are computed alike and written twice, the same. With
+    # more, C accumulates, so the rows that fill no block go through _ikj instead.
+    overlap = rows and K <= KC
+    Mb = (b.mul(b.udiv(b.add(M, I64(MR - 1)) if overlap else M, I64(MR)), I64(MR)) if rows
+          else M // MR * MR if Nb else 0)
     e = Emitter(b)
 
-    def one(bi, _):
-        a0, b0, c0 = (b.mul(bi[0], I64(n)) for n in (M * K, K * N, M * N))
-        if Mb and Nb:
+    def one(bi):
+        a0, b0, c0 = (I64(0),) * 3 if bi is None else (b.mul(bi, I64(n)) for n in (M * K, K * N, M * N))
+        if Nb and (rows or Mb):
             for k0 in range(0, K, KC):
-                _blocks(b, e, (A, B, C), (a0, b0, c0), dtype, W, NV, Mb, Nb, K, N, k0, min(KC, K - k0))
+                _blocks(b, e, (A, B, C), (a0, b0, c0), dtype, W, NV, Mb, Nb, K, N, k0, min(KC, K - k0),
+                        b.sub(M, I64(MR)) if overlap else None)
         if Nb < N:
             _ikj(b, e, (A, B, C), (a0, b0, c0), dtype, (0, M), (Nb, N), K, N)
-        if Mb < M and Nb:
+        if Nb and (rows and not overlap or not rows and Mb < M):
             _ikj(b, e, (A, B, C), (a0, b0, c0), dtype, (Mb, M), (0, Nb), K, N)
-        return ()
-    loops.nest(b, [batch], one)
+    if batch == 1:
+        one(None)
+    else:
+        loops.nest(b, [batch], lambda bi, _: (one(bi[0]), ())[1])
 
 
-def _blocks(b, e, ptrs, base, dtype, W, NV, Mb, Nb, K, N, k0, kc):
-    """C[:Mb, :Nb] (+)= A[:Mb, k0:k0+kc] @ B[k0:k0+kc, :Nb] in MR x (W*NV) register blocks."""
+def _blocks(b, e, ptrs, base, dtype, W, NV, Mb, Nb, K, N, k0, kc, last=None):
+    """C[:Mb, :Nb] (+)= A[:Mb, k0:k0+kc] @ B[k0:k0+kc, :Nb] in MR x (W*NV) register blocks; no
+    block starts past row `last` if given (an i64 value): those starting later start there."""
     A, B, C = ptrs
     a0, b0, c0 = base
     ty = REG[dtype]
@@ -66,6 +84,8 @@ def _blocks(b, e, ptrs, base, dtype, W, NV, Mb, Nb, K, N, k0, kc):
 
     def block(m0, ji, _):
         i0, j0 = b.add(m0, b.mul(ji[1], I64(MR))), b.mul(ji[0], I64(NR))
+        if last is not None:
+            i0 = b.select(b.icmp_unsigned(">", i0, last), last, i0)
         c_at = [[b.add(c0, b.add(b.mul(b.add(i0, I64(r)), I64(N)), b.add(j0, I64(v * W)))) for v in range(NV)]
                 for r in range(MR)]
         if k0 == 0:
@@ -91,7 +111,17 @@ def _blocks(b, e, ptrs, base, dtype, W, NV, Mb, Nb, K, N, k0, kc):
         return ()
 
     def panel(m0, rows):
-        loops.nest(b, [Nb // NR, rows // MR], lambda ji, _: block(m0, ji, _))
+        loops.nest(b, [Nb // NR, rows // MR if isinstance(rows, int) else b.udiv(rows, I64(MR))],
+                   lambda ji, _: block(m0, ji, _))
+    if isinstance(Mb, ir.Value):  # one panel's code for all, each of min(MC, rows left) rows
+
+        def some(p, _):
+            m0 = b.mul(p[0], I64(MC))
+            left = b.sub(Mb, m0)
+            panel(m0, b.select(b.icmp_unsigned("<", left, I64(MC)), left, I64(MC)))
+            return ()
+        loops.nest(b, [b.udiv(b.add(Mb, I64(MC - 1)), I64(MC))], some)
+        return
     full, rest = divmod(Mb, MC)
     if full:
         loops.nest(b, [full], lambda p, _: (panel(b.mul(p[0], I64(MC)), MC), ())[1])
@@ -107,7 +137,7 @@ def _ikj(b, e, ptrs, base, dtype, rows, cols, K, N):
     zero = const(REG[dtype], 0)
 
     def row(ii, _):
-        i = b.add(ii[0], I64(r0))
+        i = b.add(ii[0], _value(r0))
         crow = b.add(c0, b.add(b.mul(i, I64(N)), I64(j0)))
         loops.nest(b, [j1 - j0], lambda jj, __: (e.store(zero, C, dtype, b.add(crow, jj[0])), ())[1])
 
@@ -124,4 +154,4 @@ def _ikj(b, e, ptrs, base, dtype, rows, cols, K, N):
         if K:
             loops.nest(b, [K], over_k)
         return ()
-    loops.nest(b, [r1 - r0], row)
+    loops.nest(b, [b.sub(r1, _value(r0)) if isinstance(r1, ir.Value) else r1 - r0], row)

@@ -10,12 +10,13 @@ import functools
 import math
 
 import numpy as np
+from llvmlite import ir
 
 from burjit import primitives as P
 
 from . import loops
 from .emitter import Emitter
-from .types import I64, ITEMSIZE, REG, const, is_float
+from .types import I1, I64, ITEMSIZE, REG, const, declare, is_float
 
 _REDUCE_FLAGS = ("reassoc", "nsz")  # lets the vectoriser split the accumulation into lanes
 # A float sum adds at most BLOCK elements of its register loops in its own dtype (over vector
@@ -26,6 +27,7 @@ _REDUCE_FLAGS = ("reassoc", "nsz")  # lets the vectoriser split the accumulation
 BLOCK = 1024
 STEPS = 32
 WIDE = {"float32": "float64"}
+GRAIN = 64  # a multiple of every vector loop's step (lanes x loops.INTERLEAVE): float32 on AVX-512
 
 
 class Program:
@@ -40,6 +42,7 @@ class Program:
         self.reduction = None  # (ref, dtype, out affine, primitive name, entry)
         self.scratch = None    # the arena ref of the reduction's running totals, if they need their own
         self._memo = {}
+        self._nest = None  # (what it was built from, _collapse())
         self.identity = loops.identity_forms(self.domain)
         self.rank = len(self.domain)
         for n in group:  # in (topological) group order, so value() recursion stays shallow
@@ -96,14 +99,55 @@ class Program:
         self.wide, self.steps, scratch = running_totals(self.g, node)
         self.scratch = self.ctx.scratch if scratch else None
 
-    def signature(self, slot):
-        """Everything emit() reads, with each buffer as slot(ref), its kernel parameter position:
-        programs with equal signatures emit equal code (lowering.py shares one function)."""
-        g = self.g
+    def _collapsed(self):
+        """(sizes, leaf affines by entry index, store affines, reduction affine or None): the loop
+        nest emit() writes, its dimensions merged by loops.collapse (a fresh sizes list)."""
+        key = (len(self.entries), len(self.stores), self.reduction is not None)  # what building adds
+        if self._nest is None or self._nest[0] != key:
+            self._nest = key, self._collapse()
+        sizes, *rest = self._nest[1]
+        return (list(sizes), *rest)
 
-        def entry(ent):
+    def _collapse(self):
+        slots = [(i, e[-1]) for i, e in enumerate(self.entries) if e[0] in ("iota", "load")]
+        affines = [a for _, a in slots] + [s[2] for s in self.stores] + ([self.reduction[2]] if self.reduction else [])
+        sizes, affines = loops.collapse(list(self.domain), affines, keep_first=math.prod(self.domain) > 1)
+        n = len(slots)
+        return (sizes, {i: a for (i, _), a in zip(slots, affines)}, affines[n:n + len(self.stores)],
+                affines[-1] if self.reduction else None)
+
+    def count(self):
+        """(trip count, grain) when the kernel takes its outer loop's trip count at run time (a
+        multiple of the grain, which it tells LLVM), else None.
+
+        Row-major strides never hold the leading size, so all else emit() reads is then the same
+        at every batch size and one function serves them all. The grain is the constant size of
+        the dimensions merged into the first; for a single loop, the largest power of two up to
+        GRAIN dividing its trip count, so that LLVM vectorises it without a remainder loop where
+        a constant count would have. A reduction qualifies unless its outer loop is a register
+        loop (all dimensions reduced: their blocking depends on the count) or it moves running
+        totals (their steps do)."""
+        if 0 in self.domain or math.prod(self.domain) == 1:
+            return None
+        sizes, _, _, out = self._collapsed()
+        if self.reduction and (self.scratch or not any(out[1])):
+            return None
+        grain = math.gcd(sizes[0], GRAIN) if len(sizes) == 1 else sizes[0] // self.domain[0]
+        return sizes[0], grain
+
+    def signature(self, slot):
+        """Everything emit() reads, with each buffer as slot(ref), its kernel parameter position,
+        and a trip count passed at run time (count()) as its grain alone: programs with equal
+        signatures emit equal code (lowering.py shares one function)."""
+        g = self.g
+        sizes, leaf, stored, out = self._collapsed()
+        runtime = self.count() is not None
+
+        def entry(i, ent):
             if ent[0] == "load":
-                return ("load", slot(ent[1])) + ent[2:]
+                return ("load", slot(ent[1]), ent[2], leaf[i])
+            if ent[0] == "iota":
+                return ("iota", ent[1], leaf[i])
             if ent[0] == "op":
                 a = g[ent[1]]
                 return ("op", a["op"], repr(sorted(a["attrs"].items())), tuple(ent[2]))
@@ -112,31 +156,34 @@ class Program:
             return ent
         reduction = None
         if self.reduction:
-            ref, dtype, affine, op, at = self.reduction
-            reduction = (slot(ref), dtype, affine, op, at, self.reduction_size, self.accumulates, self.wide,
-                         self.steps, self.scratch and slot(self.scratch))
-        return (self.domain, tuple(map(entry, self.entries)),
-                tuple((slot(s[0]),) + s[1:] for s in self.stores), reduction)
+            ref, dtype, _, op, at = self.reduction
+            reduction = (slot(ref), dtype, out, op, at, None if runtime else self.reduction_size, self.accumulates,
+                         self.wide, self.steps, self.scratch and slot(self.scratch))
+        outer = ("times", self.count()[1]) if runtime else sizes[0] if sizes else None
+        return ((outer, *sizes[1:]), 0 in self.domain, math.prod(self.domain) == 1,
+                tuple(entry(i, e) for i, e in enumerate(self.entries)),
+                tuple((slot(s[0]), s[1], a, s[3]) for s, a in zip(self.stores, stored)), reduction)
 
     def refs(self):
         found = [e[1] for e in self.entries if e[0] == "load"] + [s[0] for s in self.stores]
         return found + ([self.reduction[0]] if self.reduction else []) + ([self.scratch] if self.scratch else [])
 
     # -- emission -----------------------------------------------------------------------------
-    def emit(self, b, ptr):
-        """Write the loop nest at the builder's position; ptr(ref) gives each buffer's pointer."""
+    def emit(self, b, ptr, count=None):
+        """Write the loop nest at the builder's position; ptr(ref) gives each buffer's pointer,
+        and `count`, if given, count()'s trip count as an i64 value."""
         if 0 in self.domain:  # nothing to compute; a reduction over an empty axis is its identity
             if self.reduction and self.reduction_size:
                 ref, dtype, _, op, _ = self.reduction
                 self._fill(b, Emitter(b), ptr(ref), dtype, _identity(op, dtype))
             return
-        slots = [(i, e[-1]) for i, e in enumerate(self.entries) if e[0] in ("iota", "load")]
-        affines = [a for _, a in slots] + [s[2] for s in self.stores]
-        if self.reduction:
-            affines.append(self.reduction[2])
-        sizes, affines = loops.collapse(list(self.domain), affines)
-        leaf_affine = {i: a for (i, _), a in zip(slots, affines)}
-        store_affines = affines[len(slots):len(slots) + len(self.stores)]
+        sizes, leaf_affine, store_affines, out_affine = self._collapsed()
+        if count is not None:
+            sizes[0] = count
+            grain = self.count()[1]
+            if grain & (grain - 1) == 0 and grain > 1:  # the low bits of count are 0
+                b.call(declare(b.module, "llvm.assume", ir.VoidType(), [I1]),
+                       [b.icmp_unsigned("==", b.and_(count, I64(grain - 1)), I64(0))])
         e = Emitter(b, outline=math.prod(self.domain) == 1)
 
         def compute(idx):
@@ -161,7 +208,7 @@ class Program:
         if not self.reduction:
             loops.nest(b, sizes, lambda idx, _: (compute(idx), ())[1], interleave=True)
             return
-        self._emit_reduction(b, e, ptr, sizes, affines[-1], compute)
+        self._emit_reduction(b, e, ptr, sizes, out_affine, compute)
 
     def _emit_reduction(self, b, e, ptr, sizes, out_affine, compute):
         ref, dtype, _, op, entry = self.reduction
@@ -181,7 +228,7 @@ class Program:
             e.store(combine(e.load(out, dtype, at), acc) if self.accumulates else acc, out, dtype, at)
             return ()
         if not self.scratch:
-            loops.nest(b, sizes[:suffix], step)
+            loops.nest(b, sizes[:suffix], step, across=self.accumulates)
             return
         # Every self.steps steps of the innermost outer reduced loop, move the output's partial
         # totals into the float64 ones: the first move starts them, the last one writes the result.
@@ -192,7 +239,7 @@ class Program:
 
         def moves(idx, _):
             def block(start, count, _):
-                loops.nest(b, [count] + inner, lambda jdx, _: step(idx + [b.add(start, jdx[0])] + jdx[1:]))
+                loops.nest(b, [count] + inner, lambda jdx, _: step(idx + [b.add(start, jdx[0])] + jdx[1:]), across=True)
                 def where(pairs):  # every index i is at v
                     return functools.reduce(b.and_, [b.icmp_unsigned("==", i, I64(v)) for i, v in pairs])
                 first = where([(idx[d], 0) for d in ends] + [(start, 0)])
@@ -220,17 +267,17 @@ class Program:
         if not sizes:
             return e.cast(element([]), self.wide)
         if not (op == "reduce_sum" and is_float(REG[dtype]) and math.prod(sizes) > BLOCK):
-            part = loops.nest(b, sizes, lambda k, p: [combine(p[0], element(k))], [_identity(op, dtype)])[0]
+            part = loops.nest(b, sizes, lambda k, p: [combine(p[0], element(k))], [_identity(op, dtype)], across=True)[0]
             return e.cast(part, self.wide)
         t = max(d for d in range(len(sizes)) if math.prod(sizes[d:]) > BLOCK)
 
         def total(lead, acc):
             def block(start, count, acc):
                 part = loops.nest(b, [count] + sizes[t + 1:], lambda k, p: [
-                    combine(p[0], element(lead + [b.add(start, k[0])] + k[1:]))], [_identity(op, dtype)])[0]
+                    combine(p[0], element(lead + [b.add(start, k[0])] + k[1:]))], [_identity(op, dtype)], across=True)[0]
                 return [combine(acc[0], e.cast(part, self.wide))]
             return _in_blocks(b, sizes[t], BLOCK // math.prod(sizes[t + 1:]), block, acc)
-        return loops.nest(b, sizes[:t], total, [_identity(op, self.wide)])[0]
+        return loops.nest(b, sizes[:t], total, [_identity(op, self.wide)], across=True)[0]
 
     def _fill(self, b, e, ptr, dtype, value):
         loops.nest(b, [self.reduction_size], lambda idx, _: (e.store(value, ptr, dtype, idx[0]), ())[1])

@@ -244,17 +244,49 @@ def test_gather_and_scatter_add(idx_dtype):
             table, idx, idx % 3)
 
 
+def test_gathers_and_scatters_of_any_count_share_one_kernel():
+    table = _data("float64", (10, 6), 17)
+    f = burjit.compile(lambda t, i: (F.take(t, i), burjit.grad(lambda t: F.sum(F.take(t, i) ** 2.0))(t)))
+    texts = []
+    for n in (4, 36):  # 24 and 216 elements: the elementwise kernel's grain is 8 at both
+        idx = np.arange(n) * 7 % 10
+        texts.append(f.llvm_ir(table, idx, optimized=False))
+        got, grad = f(table, idx)
+        want = np.zeros_like(table)
+        np.add.at(want, idx, 2.0 * table[idx])
+        np.testing.assert_allclose(got, table[idx])
+        np.testing.assert_allclose(grad, want, rtol=1e-12)
+    symbols = [set(re.findall(r'^define i32 @"?(burjit_k\w+)', t, re.M)) for t in texts]
+    assert len(symbols[0]) == 3 and symbols[0] == symbols[1]
+
+
 # -- matmul -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("mkn", [(1, 1, 1), (3, 5, 7), (4, 8, 16), (16, 16, 16), (17, 33, 65), (64, 64, 64),
-                                 (5, 300, 40), (130, 260, 37), (9, 0, 3)])
+                                 (5, 300, 40), (130, 260, 37), (9, 0, 3), (3, 4, 16), (6, 40, 16), (67, 12, 24),
+                                 (2, 513, 16)])
 def test_matmul_against_numpy(dtype, mkn):
     m, k, n = mkn
     a, b = _data(dtype, (m, k), 9), _data(dtype, (k, n), 10)
     got = burjit.compile(lambda a, b: a @ b)(a, b)
     tol = {"float64": 1e-12, "float32": 1e-5}[dtype]
     np.testing.assert_allclose(got, a.astype("float64") @ b.astype("float64"), rtol=tol, atol=tol * max(k, 1))
+
+
+def test_products_of_any_batch_share_one_kernel():
+    """The rows of a product (at least 4) and the count of a batched one are kernel arguments,
+    so products that differ in them alone (as batch sizes do) share one function, right at each."""
+    w = _data("float64", (12, 24), 13)
+    texts = []
+    for rows in (6, 67, 4):
+        x, u, v = (_data("float64", s, 14 + k) for k, s in enumerate([(rows, 12), (rows + 1, 4, 5), (rows + 1, 5, 3)]))
+        f = burjit.compile(lambda x, u, w, v: (x @ w, u @ v))
+        texts.append(f.llvm_ir(x, u, w, v, optimized=False))
+        for got, want in zip(f(x, u, w, v), (x @ w, u @ v)):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    symbols = [set(re.findall(r'^define i32 @"?(burjit_k\w+)', t, re.M)) for t in texts]
+    assert len(symbols[0]) == 2 and symbols[0] == symbols[1] == symbols[2]
 
 
 def test_batched_matmul_and_its_gradients():
@@ -385,13 +417,31 @@ def test_stats_report_what_the_build_cost(tmp_path, monkeypatch):
     assert [k["symbol"] for k in cached["per_kernel"]] == [k["symbol"] for k in built["per_kernel"]]
 
 
-def test_a_changed_shape_or_dtype_is_another_kernel():
-    a, wide, single = np.linspace(-1, 1, 12).reshape(3, 4), np.ones((5, 4)), np.ones((3, 4), np.float32)
-    step = burjit.compile(lambda a, b, c, d: [F.tanh(x) * 2.0 for x in (a, b, c, d)])
-    assert _kernels(step.llvm_ir(a, a + 1, wide, single, optimized=False))[0] == 3  # a and b share one
-    got = step(a, a + 1, wide, single)
-    for x, g in zip((a, a + 1, wide, single), got):
-        np.testing.assert_allclose(g, np.tanh(x) * 2.0, rtol=1e-6)
+def test_a_changed_shape_or_dtype_is_another_kernel_but_a_changed_batch_is_not():
+    """The leading trip count is a kernel argument: rows of 4 at batch 3 and 7 are one kernel,
+    rows of 5 or float32 rows are others."""
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(s) for s in ((3, 4), (7, 4), (3, 5))] + [rng.standard_normal((3, 4)).astype(np.float32)]
+    rows = [rng.standard_normal(x.shape[1]).astype(x.dtype) for x in xs]
+    step = burjit.compile(lambda xs, rows: [F.tanh(x + r) * 2.0 for x, r in zip(xs, rows)])
+    assert _kernels(step.llvm_ir(xs, rows, optimized=False)) == (3, 4)
+    for x, r, got in zip(xs, rows, step(xs, rows)):
+        np.testing.assert_allclose(got, np.tanh(x + r) * 2.0, rtol=1e-6)
+
+
+def test_sums_of_any_batch_share_one_kernel_unless_they_sum_over_it_in_registers():
+    """Row sums (over kept rows) and column sums (updating their output row by row) take their
+    rows at run time; a sum of everything blocks its register loop by its length, so does not."""
+    rng = np.random.default_rng(1)
+    f = burjit.compile(lambda x: (F.sum(F.exp(x), axis=1), F.sum(x * 3.0, axis=0), F.sum(F.tanh(x))))
+    texts = []
+    for rows in (5, 400):
+        x = rng.standard_normal((rows, 7))
+        texts.append(f.llvm_ir(x, optimized=False))
+        for got, want in zip(f(x), (np.exp(x).sum(1), (x * 3.0).sum(0), np.tanh(x).sum())):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+    symbols = [set(re.findall(r'^define i32 @"?(burjit_k\w+)', t, re.M)) for t in texts]
+    assert len(symbols[0]) == len(symbols[1]) == 3 and len(symbols[0] & symbols[1]) == 2
 
 
 def test_code_size_does_not_grow_with_the_batch():
