@@ -1,4 +1,5 @@
-"""Loop nests over static index spaces, and affine maps from loop indices to element offsets.
+"""Loop nests (trip counts constant, or passed to the kernel at run time), and affine maps from
+loop indices to element offsets.
 
 An affine is `(const, coeffs)`: the value const + sum(coeffs[d] * i_d) over the loop indices.
 Every data movement the kernels need (broadcast, transpose, slice, reshape of a contiguous
