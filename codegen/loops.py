@@ -10,7 +10,7 @@ one flat loop, the form the loop vectoriser likes best.
 
 from llvmlite import ir
 
-from .types import I1, I32, I64
+from .types import I1, I32, I64, i64
 
 INTERLEAVE = 4
 
@@ -132,7 +132,7 @@ def _level(b, sizes, d, idx, body, carried, interleave, across):
     latch = b.block
     if not run_time:
         exit_ = b.append_basic_block(f"x{d}")
-    br = b.cbranch(b.icmp_unsigned("!=" if run_time else "<", nxt, size if run_time else I64(size)), loop, exit_)
+    br = b.cbranch(b.icmp_unsigned("!=" if run_time else "<", nxt, i64(size)), loop, exit_)
     if latch is not loop:  # loops inside, this nest's or the body's own
         br.set_metadata("llvm.loop", _loop_id(b.module, "no unroll" if across else "outer"))
     elif interleave:

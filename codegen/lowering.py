@@ -44,7 +44,7 @@ from . import bodies as loop_bodies
 from .emitter import Emitter
 from .matmul import MR, matmul
 from .program import Program, running_totals
-from .types import I1, I8, I32, I64, constant_global, declare
+from .types import I1, I8, I32, I64, assume, constant_global, declare
 
 SYMBOL = "burjit_step"
 # Programs of at most this many elements (one vector of doubles) run in the driver: a kernel
@@ -545,18 +545,18 @@ class Lowering:
             batch = math.prod(a["shape"][:-2])
             M, N, K = a["shape"][-2], a["shape"][-1], g[x]["shape"][-1]
             refs = [self.ref(x), self.ref(y), self.ref(head)]
-            # the sizes a batch reaches, passed at run time: the count of a batched product (attention's
+            # the size a batch reaches, passed at run time: the count of a batched product (attention's
             # per-head ones), or the rows of a single one, if at least MR (activations times weights).
             # Weight gradients contract over the batch, but a run-time K cost BurTorch's GPT steps 2-4%
-            sizes = [batch, M]
-            run_time = [] if not (batch and M and N) else [0] if batch > 1 else [1] if M >= MR else []
-            ident = tuple(None if k in run_time else s for k, s in enumerate(sizes))
+            given = None if not (batch and M and N) else "batch" if batch > 1 else "M" if M >= MR else None
 
             def emit(kb, ptr, n):
-                given = dict(zip(run_time, n))
-                matmul(kb, [ptr(r) for r in refs], a["dtype"], *(given.get(k, s) for k, s in enumerate(sizes)), K, N)
-            self._kernel(b, refs, emit, False, lambda slot: ("matmul", a["dtype"], *ident, K, N, tuple(map(slot, refs))),
-                         [sizes[k] for k in run_time])
+                matmul(kb, [ptr(r) for r in refs], a["dtype"], n[0] if given == "batch" else batch,
+                       n[0] if given == "M" else M, K, N)
+            self._kernel(b, refs, emit, False,
+                         lambda slot: ("matmul", a["dtype"], None if given == "batch" else batch,
+                                       None if given == "M" else M, K, N, tuple(map(slot, refs))),
+                         [batch] if given == "batch" else [M] if given == "M" else [])
         elif kind in ("gather", "scatter"):
             data, idx = g.operands(head)
             refs = [self.ref(data), self.ref(idx), self.ref(head)]
@@ -673,7 +673,7 @@ class Lowering:
         kb = ir.IRBuilder(fn.append_basic_block("entry"))
         for arg in fn.args:
             if arg.type == I64:  # a trip count, at least 1
-                kb.call(declare(mod, "llvm.assume", ir.VoidType(), [I1]), [kb.icmp_unsigned("!=", arg, I64(0))])
+                assume(kb, kb.icmp_unsigned("!=", arg, I64(0)))
         body(kb, fn.args)
         kb.ret(I32(0))
         text = str(mod)

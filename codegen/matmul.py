@@ -15,7 +15,7 @@ from llvmlite import ir
 from . import loops
 from .emitter import Emitter
 from .engine import vector_bytes
-from .types import I32, I64, ITEMSIZE, REG, const, declare, mangle
+from .types import I32, I64, ITEMSIZE, REG, const, declare, i64, mangle
 
 MR = 4
 KC = 256
@@ -28,10 +28,6 @@ def _layout(dtype, N):
     while w > 1 and w > N:
         w //= 2
     return w, (2 if N >= 2 * w else 1)
-
-
-def _value(x):
-    return x if isinstance(x, ir.Value) else I64(x)
 
 
 def matmul(b, ptrs, dtype, batch, M, K, N):
@@ -137,7 +133,7 @@ def _ikj(b, e, ptrs, base, dtype, rows, cols, K, N):
     zero = const(REG[dtype], 0)
 
     def row(ii, _):
-        i = b.add(ii[0], _value(r0))
+        i = b.add(ii[0], i64(r0))
         crow = b.add(c0, b.add(b.mul(i, I64(N)), I64(j0)))
         loops.nest(b, [j1 - j0], lambda jj, __: (e.store(zero, C, dtype, b.add(crow, jj[0])), ())[1])
 
@@ -154,4 +150,4 @@ def _ikj(b, e, ptrs, base, dtype, rows, cols, K, N):
         if K:
             loops.nest(b, [K], over_k)
         return ()
-    loops.nest(b, [b.sub(r1, _value(r0)) if isinstance(r1, ir.Value) else r1 - r0], row)
+    loops.nest(b, [b.sub(r1, i64(r0)) if isinstance(r1, ir.Value) else r1 - r0], row)

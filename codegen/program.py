@@ -10,13 +10,12 @@ import functools
 import math
 
 import numpy as np
-from llvmlite import ir
 
 from burjit import primitives as P
 
 from . import loops
 from .emitter import Emitter
-from .types import I1, I64, ITEMSIZE, REG, const, declare, is_float
+from .types import I64, ITEMSIZE, REG, assume, const, is_float
 
 _REDUCE_FLAGS = ("reassoc", "nsz")  # lets the vectoriser split the accumulation into lanes
 # A float sum adds at most BLOCK elements of its register loops in its own dtype (over vector
@@ -141,7 +140,7 @@ class Program:
         signatures emit equal code (lowering.py shares one function)."""
         g = self.g
         sizes, leaf, stored, out = self._collapsed()
-        runtime = self.count() is not None
+        count = self.count()
 
         def entry(i, ent):
             if ent[0] == "load":
@@ -157,9 +156,9 @@ class Program:
         reduction = None
         if self.reduction:
             ref, dtype, _, op, at = self.reduction
-            reduction = (slot(ref), dtype, out, op, at, None if runtime else self.reduction_size, self.accumulates,
+            reduction = (slot(ref), dtype, out, op, at, None if count else self.reduction_size, self.accumulates,
                          self.wide, self.steps, self.scratch and slot(self.scratch))
-        outer = ("times", self.count()[1]) if runtime else sizes[0] if sizes else None
+        outer = ("times", count[1]) if count else sizes[0] if sizes else None
         return ((outer, *sizes[1:]), 0 in self.domain, math.prod(self.domain) == 1,
                 tuple(entry(i, e) for i, e in enumerate(self.entries)),
                 tuple((slot(s[0]), s[1], a, s[3]) for s, a in zip(self.stores, stored)), reduction)
@@ -182,8 +181,7 @@ class Program:
             sizes[0] = count
             grain = self.count()[1]
             if grain & (grain - 1) == 0 and grain > 1:  # the low bits of count are 0
-                b.call(declare(b.module, "llvm.assume", ir.VoidType(), [I1]),
-                       [b.icmp_unsigned("==", b.and_(count, I64(grain - 1)), I64(0))])
+                assume(b, b.icmp_unsigned("==", b.and_(count, I64(grain - 1)), I64(0)))
         e = Emitter(b, outline=math.prod(self.domain) == 1)
 
         def compute(idx):

@@ -20,6 +20,16 @@ def declare(module, name, ret, args):
     return fn if fn is not None else ir.Function(module, ir.FunctionType(ret, args), name=name)
 
 
+def assume(b, cond):
+    """Tell LLVM that the i1 value cond holds here."""
+    b.call(declare(b.module, "llvm.assume", ir.VoidType(), [I1]), [cond])
+
+
+def i64(n):
+    """n, an int or an i64 value known at run time, as an i64 value."""
+    return n if isinstance(n, ir.Value) else I64(n)
+
+
 def mangle(t):
     """LLVM's overload suffix for a type: f32, f64, i64, v8f32..."""
     if isinstance(t, ir.VectorType):
