@@ -75,9 +75,11 @@ _new_function.restype = ctypes.py_object
 _new_function.argtypes = [ctypes.POINTER(_MethodDef), ctypes.py_object, ctypes.py_object]
 
 
-class Builtin:
-    """A METH_FASTCALL builtin function object around native code at `address`."""
-
-    def __init__(self, address, name):
-        self._def = _MethodDef(name.encode(), address, METH_FASTCALL, None)  # must outlive the function
-        self.function = _new_function(ctypes.byref(self._def), None, None)
+def builtin(address, name, owner):
+    """A METH_FASTCALL builtin function object around native code at `address` that keeps its
+    method def and `owner` (what holds the code) alive as its __self__. CPython reads the def
+    whenever it traverses or frees the function, which may be after whatever made it is gone
+    (a reference cycle collected in any order, interpreter shutdown): a def freed first is a
+    use after free, and code freed first a jump into unmapped memory."""
+    method = _MethodDef(name.encode(), address, METH_FASTCALL, None)
+    return _new_function(ctypes.byref(method), (method, owner), None)

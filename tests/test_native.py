@@ -320,6 +320,29 @@ def test_fast_entry_and_portable_path_agree(layouts_known, monkeypatch):
         exe([x, np.array([6])])
 
 
+def test_the_entry_builtin_keeps_its_def_and_code_alive_without_its_executable():
+    """CPython reads a builtin's method def when it traverses or frees it, and jit.py's fast path
+    holds the builtin in a reference cycle with the executable, collected in any order (at
+    shutdown too): the builtin itself must own its def and the engine holding its code."""
+    import gc
+    import weakref
+    from burjit.codegen import abi
+    if abi.OFFSETS is None:
+        pytest.skip("this Python's object layouts were not recognised: no entry builtin")
+    x = np.arange(4.0)
+    exe = build(_graph(lambda t: t * 2.0, x))
+    entry, arena, engine_alive = exe._call, exe._arena, weakref.ref(exe._loaded)
+    gone = weakref.ref(exe)
+    del exe
+    gc.collect()
+    assert gone() is None and engine_alive() is not None and entry.__name__ == lowering.ENTRY
+    out = [np.empty(4)]
+    assert entry([x], out, arena) is out
+    np.testing.assert_array_equal(out[0], x * 2.0)
+    del entry
+    gc.collect()
+    assert engine_alive() is None  # nothing else keeps the code
+
 # -- inspection -------------------------------------------------------------------------------
 
 def test_dump_dir_writes_ir_and_assembly(tmp_path, monkeypatch):
