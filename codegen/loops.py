@@ -68,7 +68,7 @@ def evaluate(b, affine, idx):
     return b.add(acc, I64(c)) if c else acc
 
 
-def nest(b, sizes, body, carried=(), interleave=False, across=False):
+def nest(b, sizes, body, carried=(), interleave=False, across=False, unroll=False):
     """Loops i_0 < sizes[0], ... around body(idx, carried) -> new carried values; each size is an
     int >= 1 or an i64 value known at run time (a loop that may then run 0 times).
 
@@ -80,23 +80,27 @@ def nest(b, sizes, body, carried=(), interleave=False, across=False):
     the nest's own or the body's) are never unrolled (that made BurTorch's GPT at batch 64 take
     27 s to compile, against 6 s, for steps no faster) and, unless `across`, never vectorised
     (_loop_id). A reduction's accumulating loops go `across`: their sums split over lanes, which
-    float32 totals rely on for their accuracy (program.py).
+    float32 totals rely on for their accuracy (program.py). `unroll` lets LLVM unroll them all
+    the same, for a loop around a few trips that LLVM flattens, which is then the innermost loop
+    in all but name: a product's columns past its last register block (matmul.py; forbidden,
+    BurTorch's GPT float32 steps ran 12% more instructions at batch 1, 21% at batch 16).
     """
     if not sizes:
         return list(body([], list(carried)))
-    return _level(b, sizes, 0, [], body, list(carried), interleave, across)
+    return _level(b, sizes, 0, [], body, list(carried), interleave, "no unroll" if across else
+                  "no vectorise" if unroll else "outer")
 
 
 def _loop_id(module, hint):
     """A fresh self-referential loop ID: `interleave` asks for INTERLEAVE-way interleaving;
-    `no unroll` forbids unrolling, `outer` unrolling and vectorising. A vectorised outer loop
+    `no unroll` forbids unrolling, `no vectorise` vectorising, `outer` both. A vectorised outer loop
     (once its inner loops are fully unrolled: a layer norm's rows of 24) gathers across rows:
     one such kernel took LLVM 250 ms and 5 kB of code, against 17 ms and 768 bytes vectorised
     along the row."""
     no_unroll = [ir.MetaDataString(module, "llvm.loop.unroll.disable")]
+    no_vectorise = [ir.MetaDataString(module, "llvm.loop.vectorize.enable"), I1(0)]
     nodes = {"interleave": [[ir.MetaDataString(module, "llvm.loop.interleave.count"), I32(INTERLEAVE)]],
-             "no unroll": [no_unroll],
-             "outer": [no_unroll, [ir.MetaDataString(module, "llvm.loop.vectorize.enable"), I1(0)]]}[hint]
+             "no unroll": [no_unroll], "no vectorise": [no_vectorise], "outer": [no_unroll, no_vectorise]}[hint]
     hints = [module.add_metadata(n) for n in nodes]
     tag = module.add_metadata([ir.MetaDataString(module, f"burjit.loop.{len(module.metadata)}")])
     md = module.add_metadata([tag, *hints])
@@ -104,7 +108,7 @@ def _loop_id(module, hint):
     return md
 
 
-def _level(b, sizes, d, idx, body, carried, interleave, across):
+def _level(b, sizes, d, idx, body, carried, interleave, outer):
     pre = b.block
     loop = b.append_basic_block(f"l{d}")
     size = sizes[d]
@@ -127,14 +131,14 @@ def _level(b, sizes, d, idx, body, carried, interleave, across):
     if innermost:
         new = list(body(inner, phis))
     else:
-        new = _level(b, sizes, d + 1, inner, body, phis, interleave, across)
+        new = _level(b, sizes, d + 1, inner, body, phis, interleave, outer)
     nxt = b.add(i, I64(1), flags=("nuw", "nsw"))
     latch = b.block
     if not run_time:
         exit_ = b.append_basic_block(f"x{d}")
     br = b.cbranch(b.icmp_unsigned("!=" if run_time else "<", nxt, i64(size)), loop, exit_)
     if latch is not loop:  # loops inside, this nest's or the body's own
-        br.set_metadata("llvm.loop", _loop_id(b.module, "no unroll" if across else "outer"))
+        br.set_metadata("llvm.loop", _loop_id(b.module, outer))
     elif interleave:
         br.set_metadata("llvm.loop", _loop_id(b.module, "interleave"))
     i.add_incoming(nxt, latch)

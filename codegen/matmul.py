@@ -148,6 +148,6 @@ def _ikj(b, e, ptrs, base, dtype, rows, cols, K, N):
             loops.nest(b, [j1 - j0], over_j)
             return ()
         if K:
-            loops.nest(b, [K], over_k)
+            loops.nest(b, [K], over_k, unroll=True)
         return ()
     loops.nest(b, [b.sub(r1, i64(r0)) if isinstance(r1, ir.Value) else r1 - r0], row)
