@@ -119,7 +119,6 @@ class NativeExecutable(_Lowered):
                            tapes=[dict(group=gi, records=len(t.records), runs=len(t.runs) - 1 if t.per_run else None,
                                        pairs=t.fused, registers=t.registers) for gi, t in sorted(low.tapes.items())])
         self._step = _STEP(self._loaded.addresses[SYMBOL])
-        self._entry = abi.builtin(self._loaded.addresses[ENTRY], ENTRY, self._loaded) if low.offsets else None
         if os.environ.get("BURJIT_DUMP_DIR"):
             try:
                 self.dump(os.environ["BURJIT_DUMP_DIR"])
@@ -140,7 +139,7 @@ class NativeExecutable(_Lowered):
         if low.static_error or low.backup or not low.offsets:
             self.__class__ = _CheckedExecutable
         else:
-            self._call = self._entry
+            self._call = abi.builtin(self._loaded.addresses[ENTRY], ENTRY, self._loaded)
             self._lean = self.fast_path()
 
     def __call__(self, inputs):

@@ -343,6 +343,7 @@ def test_the_entry_builtin_keeps_its_def_and_code_alive_without_its_executable()
     gc.collect()
     assert engine_alive() is None  # nothing else keeps the code
 
+
 # -- inspection -------------------------------------------------------------------------------
 
 def test_dump_dir_writes_ir_and_assembly(tmp_path, monkeypatch):
